@@ -13,13 +13,22 @@ Two kinds of backend exist:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from agentgym.types import Message, ToolSpec
 
-__all__ = ["ChatBackend", "Generation", "SamplingParams", "TokenBackend", "TrainableBackend", "expand_sampling"]
+__all__ = [
+    "ChatBackend",
+    "ContinuousBackend",
+    "Generation",
+    "InflightRequest",
+    "SamplingParams",
+    "TokenBackend",
+    "TrainableBackend",
+    "expand_sampling",
+]
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,19 @@ class TrainableBackend(TokenBackend, Protocol):
 
     def load_weights(self, state_dict: dict[str, object], version: int) -> None:
         """Replace the policy weights (a learner ``state_dict``) and set the version."""
+        ...
+
+
+InflightRequest = tuple[list[int], SamplingParams, Callable[[Generation], None]]
+"""A request for continuous batching: prompt ids, sampling spec, and a callback that receives the generation."""
+
+
+@runtime_checkable
+class ContinuousBackend(TokenBackend, Protocol):
+    """A token backend with continuous (in-flight) batching: rows join and leave between decode steps."""
+
+    def serve(self, poll: Callable[[int, bool], list[InflightRequest]]) -> None:
+        """Decode until idle and ``poll(room, idle)`` returns nothing; deliver each row as it finishes."""
         ...
 
 

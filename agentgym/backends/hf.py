@@ -7,7 +7,11 @@ their log-probs are computed in one place, exactly as documented here:
 * **Batching**: prompts are sorted by length, split into batches of at most
   ``max_batch_size`` and left-padded; position ids skip the padding. Decoding
   uses the model's KV cache; rows that finish are dropped from the batch (and
-  the cache) as it shrinks.
+  the cache) as it shrinks. Prefills are bucketed by new-token length to cut
+  padding (see :mod:`agentgym.backends.hf_decode`).
+* **Continuous batching**: :meth:`HFBackend.serve` keeps one decode batch
+  running; new requests join it between steps and finished rows leave it at
+  once (their episodes step their envs while the others decode).
 * **Prefix reuse**: the KV cache of every finished sequence is kept (up to a
   token budget), so the next turn of a multi-turn episode, whose prompt extends
   that sequence, prefills only its new tokens (the observation).
@@ -36,13 +40,13 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import torch
 
-from agentgym.backends.base import Generation, SamplingParams, expand_sampling
+from agentgym.backends.base import Generation, InflightRequest, SamplingParams, expand_sampling
+from agentgym.backends.hf_decode import DecodeBatch, PrefixStore, Row
 
 __all__ = ["HFBackend", "expand_sampling", "teacher_forced_logprobs"]
 
@@ -91,7 +95,7 @@ class HFBackend:
         config_pad = getattr(model.config, "pad_token_id", None)
         self.pad_token_id = int(pad_token_id if pad_token_id is not None else (config_pad or 0))
         self.weight_version = 0
-        self._store = _PrefixStore(prefix_cache_tokens)
+        self._store = PrefixStore(prefix_cache_tokens)
         self._rng = torch.Generator()
         if seed is None:
             self._rng.seed()
@@ -177,204 +181,60 @@ class HFBackend:
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, **kwargs)
         return out.logits[:, -1, :].float(), _cache_of(out)
 
-    def _uniforms(self, params: list[SamplingParams], steps: int) -> torch.Tensor:
-        """(B, steps) uniforms; row i draws exactly ``max_tokens`` from its own stream."""
-        rows = torch.zeros(len(params), steps)
-        for i, p in enumerate(params):
+    def _rows(self, prompts: Sequence[list[int]], params: Sequence[SamplingParams], tags: Sequence[Any]) -> list[Row]:
+        """Decode rows, in order; row i draws exactly ``max_tokens`` uniforms from its own stream."""
+        rows = []
+        for prompt, p, tag in zip(prompts, params, tags, strict=True):
             gen = torch.Generator().manual_seed(p.seed) if p.seed is not None else self._rng
-            rows[i, : p.max_tokens] = torch.rand(p.max_tokens, generator=gen)
-        return rows.to(self.device)
+            rows.append(Row(list(prompt), p, torch.rand(p.max_tokens, generator=gen), tag))
+        return rows
 
-    def _prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
-        """Forward the prompts, reusing stored prefixes; return ``(logits, cache, mask, pos)``.
-
-        Row ``i``'s columns are ``[pad][cached c_i][pad][new s_i]``: the cached
-        part is right-aligned in the first ``C`` columns, the new tokens in the
-        last ``S``; the mask skips both pads and positions count real tokens.
-        """
-        hits = [self._store.take(p) for p in prompts]
-        cached = [n for n, _ in hits]
-        width_c = max(cached)
-        width_s = max(len(p) - c for p, c in zip(prompts, cached, strict=True))
-        batch = len(prompts)
-        ids = torch.full((batch, width_s), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((batch, width_c + width_s), dtype=torch.long)
-        for i, (prompt, c) in enumerate(zip(prompts, cached, strict=True)):
-            new = prompt[c:]
-            ids[i, width_s - len(new) :] = torch.tensor(new, dtype=torch.long)
-            mask[i, width_c - c : width_c] = 1
-            mask[i, width_c + width_s - len(new) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, width_c:]
-        cache = self._store.assemble([kv for _, kv in hits], width_c, self.device) if width_c else None
-        logits, cache = self._forward(ids, mask, pos, cache)
-        return logits, cache, mask, pos
+    def _generation(self, row: Row) -> Generation:
+        return Generation(row.tokens, row.logprobs, finish_reason=row.finish, weight_version=self.weight_version)
 
     @torch.inference_mode()
     def _generate_batch(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Generation]:
-        logits, cache, mask, pos = self._prefill(prompts)
-        steps = max(p.max_tokens for p in params)
-        uniforms = self._uniforms(params, steps)
-        sampler = _RowSampler(params, self.device)
-        tokens: list[list[int]] = [[] for _ in prompts]
-        logps: list[list[float]] = [[] for _ in prompts]
-        finish = ["length"] * len(prompts)
-        alive = list(range(len(prompts)))
-        for step in range(steps):
-            tok, logp = sampler.sample(logits, uniforms[alive, step], alive)
-            still: list[int] = []
-            for row, (i, t, lp) in enumerate(zip(alive, tok.tolist(), logp.tolist(), strict=True)):
-                tokens[i].append(t)
-                logps[i].append(lp)
-                if t in sampler.stops[i]:
-                    finish[i] = "stop"
-                elif len(tokens[i]) < params[i].max_tokens:
-                    still.append(row)
-            if len(still) < len(alive):  # keep the finished rows' KV, then drop them from the batch
-                kept = set(still)
-                for row in (r for r in range(len(alive)) if r not in kept):
-                    i = alive[row]
-                    self._store.put(prompts[i] + tokens[i][:-1], cache, row, mask[row])
-                if not still:
-                    break
-                keep = torch.tensor(still, device=self.device)
-                cache.batch_select_indices(keep)
-                tok, mask, pos = tok[keep], mask[keep], pos[keep]
-                alive = [alive[r] for r in still]
-            mask = torch.cat([mask, mask.new_ones((len(alive), 1))], dim=1)
-            pos = pos[:, -1:] + 1
-            logits, cache = self._forward(tok[:, None], mask, pos, cache)
-        return [
-            Generation(tokens[i], logps[i], finish_reason=finish[i], weight_version=self.weight_version)
-            for i in range(len(prompts))
-        ]
+        rows = self._rows(prompts, params, range(len(prompts)))
+        batch = DecodeBatch(self._forward, self._store, self.device, self.pad_token_id)
+        batch.join(rows)
+        while batch.rows:
+            batch.step()
+        return [self._generation(row) for row in rows]
 
+    # ------------------------------------------------------ continuous batching
+    @torch.inference_mode()
+    def serve(self, poll: Callable[[int, bool], list[InflightRequest]]) -> None:
+        """Continuous (in-flight) batching until nothing is decoding and ``poll`` brings nothing.
 
-class _PrefixStore:
-    """KV caches of finished sequences, kept so a later prompt that extends one skips its prefill.
+        Between two decode steps ``poll(room, idle)`` is asked for at most
+        ``room`` new requests (``idle``: no row is decoding). They are prefilled
+        and join the running batch; a row that finishes is delivered at once
+        through its request's callback and leaves the batch, so its episode can
+        step its env while the others keep decoding. Sampling follows the same
+        rules as :meth:`generate` (a seeded row draws the same uniforms).
 
-    In a multi-turn episode the next prompt is the previous prompt, the sampled
-    action and the new observation: only the observation (and the action's last
-    token) need a forward. Entries are keyed by their token ids, used at most
-    once (the extended sequence is stored again after it generates), and the
-    oldest are evicted beyond ``budget`` tokens. Full-attention ``DynamicCache``
-    layers only; otherwise (or with ``budget == 0``) nothing is stored.
-    """
+        Args:
+            poll: Returns new ``(prompt, sampling, deliver)`` requests.
 
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        self.entries: OrderedDict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = OrderedDict()
-        self.tokens = 0
-        self.hits = 0
-        self.reused_tokens = 0
-
-    def clear(self) -> None:
-        """Forget every entry (weights changed)."""
-        self.entries.clear()
-        self.tokens = 0
-
-    def take(self, prompt: list[int]) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]] | None]:
-        """Remove and return the longest stored strict prefix of ``prompt`` as ``(length, kv)``."""
-        best: tuple[int, ...] | None = None
-        for key in self.entries:
-            n = len(key)
-            if n < len(prompt) and (best is None or n > len(best)) and prompt[n - 1] == key[-1]:
-                if tuple(prompt[:n]) == key:
-                    best = key
-        if best is None:
-            return 0, None
-        self.tokens -= len(best)
-        self.hits += 1
-        self.reused_tokens += len(best)
-        return len(best), self.entries.pop(best)
-
-    def put(self, ids: list[int], cache: Any, row: int, row_mask: torch.Tensor) -> None:
-        """Store row ``row`` of ``cache`` (its unmasked columns) under ``ids``."""
-        layers = getattr(cache, "layers", None)
-        if self.budget <= 0 or not ids or len(ids) > self.budget or not _plain_layers(layers):
-            return
-        columns = row_mask.nonzero().squeeze(-1)
-        if len(columns) != len(ids):
-            return  # defensive: never store a cache that does not match its key
-        kv = [(layer.keys[row][:, columns].clone(), layer.values[row][:, columns].clone()) for layer in layers]
-        key = tuple(ids)
-        if key in self.entries:
-            self.tokens -= len(key)
-        self.entries[key] = kv
-        self.tokens += len(key)
-        while self.tokens > self.budget:
-            old, _ = self.entries.popitem(last=False)
-            self.tokens -= len(old)
-
-    @staticmethod
-    def assemble(hits: list[list[tuple[torch.Tensor, torch.Tensor]] | None], width: int, device: torch.device) -> Any:
-        """A batch ``DynamicCache`` with each row's KV right-aligned in ``width`` columns."""
-        from transformers import DynamicCache
-
-        sample = next(kv for kv in hits if kv is not None)
-        data = []
-        for layer, (k0, v0) in enumerate(sample):
-            keys = k0.new_zeros((len(hits), k0.shape[0], width, k0.shape[-1]))
-            values = v0.new_zeros((len(hits), v0.shape[0], width, v0.shape[-1]))
-            for i, kv in enumerate(hits):
-                if kv is not None:
-                    n = kv[layer][0].shape[1]
-                    keys[i, :, width - n :] = kv[layer][0]
-                    values[i, :, width - n :] = kv[layer][1]
-            data.append((keys.to(device), values.to(device)))
-        return DynamicCache(ddp_cache_data=data)
-
-
-def _plain_layers(layers: Any) -> bool:
-    """True for a list of plain full-attention ``DynamicLayer`` s (what the store can slice)."""
-    if not layers:
-        return False
-    from transformers.cache_utils import DynamicLayer
-
-    return all(type(layer) is DynamicLayer for layer in layers)
-
-
-class _RowSampler:
-    """Vectorised per-row sampling with per-row temperature, top-k and top-p."""
-
-    def __init__(self, params: list[SamplingParams], device: torch.device) -> None:
-        temps = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device)
-        self.greedy = temps <= 0
-        self.temps = torch.where(self.greedy, torch.ones_like(temps), temps)
-        self.top_k = torch.tensor([p.top_k if p.top_k > 0 else 0 for p in params], device=device)
-        self.top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device)
-        self.filtered = any(p.top_k > 0 or p.top_p < 1.0 for p in params)
-        self.stops = [frozenset(p.stop_token_ids) for p in params]
-
-    def sample(self, logits: torch.Tensor, uniform: torch.Tensor, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Draw one token per row; return ``(tokens, log-probs)`` (see module docstring)."""
-        index = torch.tensor(rows, device=logits.device)
-        scaled = logits / self.temps[index, None]
-        logp_all = torch.log_softmax(scaled, dim=-1)
-        weights = scaled
-        if self.filtered:
-            weights = _top_k_top_p(scaled, self.top_k[index], self.top_p[index])
-        probs = torch.softmax(weights, dim=-1)
-        cdf = probs.cumsum(dim=-1)
-        total = cdf[:, -1:]
-        target = torch.minimum(uniform[:, None] * total, torch.nextafter(total, torch.zeros_like(total)))
-        drawn = torch.searchsorted(cdf, target, right=True).clamp(max=logits.shape[-1] - 1).squeeze(-1)
-        tokens = torch.where(self.greedy[index], logits.argmax(dim=-1), drawn)
-        return tokens, logp_all.gather(-1, tokens[:, None]).squeeze(-1)
-
-
-def _top_k_top_p(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Set logits outside each row's top-k, then outside its nucleus (top-p), to -inf."""
-    vocab = scaled.shape[-1]
-    values, order = scaled.sort(dim=-1, descending=True)
-    ranks = torch.arange(vocab, device=scaled.device)[None, :]
-    k = torch.where(top_k > 0, top_k, torch.full_like(top_k, vocab))
-    values = values.masked_fill(ranks >= k[:, None], float("-inf"))
-    probs = torch.softmax(values, dim=-1)
-    before = probs.cumsum(dim=-1) - probs  # mass strictly above each token
-    values = values.masked_fill(before >= top_p[:, None], float("-inf"))
-    return torch.full_like(scaled, float("-inf")).scatter(-1, order, values)
-
+        Raises:
+            ValueError: On an empty prompt (the requests in flight are not delivered).
+        """
+        batch = DecodeBatch(self._forward, self._store, self.device, self.pad_token_id)
+        while True:
+            room = self.max_batch_size - len(batch.rows) if batch.mergeable or not batch.rows else 0
+            new = poll(room, not batch.rows) if room > 0 else []
+            if not batch.rows and not new:
+                return
+            if any(not prompt for prompt, _, _ in new):
+                raise ValueError("every prompt needs at least one token")
+            for _, params, deliver in new:
+                if params.max_tokens <= 0:
+                    deliver(Generation([], [], finish_reason="length", weight_version=self.weight_version))
+            live = [r for r in new if r[1].max_tokens > 0]
+            batch.join(self._rows([r[0] for r in live], [r[1] for r in live], [r[2] for r in live]))
+            if batch.rows:
+                for row in batch.step():
+                    row.tag(self._generation(row))
 
 @torch.inference_mode()
 def teacher_forced_logprobs(

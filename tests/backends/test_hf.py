@@ -113,3 +113,69 @@ def test_load_weights_updates_the_policy_and_its_version(backend: HFBackend) -> 
     assert _max_error(backend, PROMPTS, after, 1.0) < 1e-4
     with pytest.raises(RuntimeError):
         backend.load_weights({"nope": torch.zeros(1)}, version=4)
+
+
+def test_bucketed_prefill_matches_one_row_at_a_time(model_dir: Path) -> None:
+    backend = HFBackend.from_pretrained(model_dir)
+    prompts = [[3 + i] * 4 for i in range(10)]
+    first = backend.generate(prompts, SamplingParams(max_tokens=3, seed=1))
+    # Next turn: four rows add 40 new tokens, six add 2, so the prefill is split into length buckets.
+    prompts = [p + g.token_ids + [50 + i] * (40 if i < 4 else 2) for i, (p, g) in enumerate(zip(prompts, first,
+                                                                                                 strict=True))]
+    params = [SamplingParams(max_tokens=5, seed=20 + i) for i in range(len(prompts))]
+    calls: list[int] = []
+    forward = backend._forward
+    backend._forward = lambda ids, *rest: (calls.append(ids.shape[1]), forward(ids, *rest))[1]  # type: ignore[method-assign]
+    together = backend.generate(prompts, params)
+    assert sorted(c for c in calls if c > 1) == [3, 41]  # two prefills: the short bucket is not padded to 41
+    assert backend._store.hits == len(prompts)
+    assert _max_error(backend, prompts, together, 1.0) < 1e-4
+    fresh = HFBackend.from_pretrained(model_dir, prefix_cache_tokens=0)
+    alone = [fresh.generate([p], q)[0] for p, q in zip(prompts, params, strict=True)]
+    assert [g.token_ids for g in together] == [g.token_ids for g in alone]
+
+
+def test_continuous_batching_lets_rows_leave_and_join(model_dir: Path) -> None:
+    backend = HFBackend.from_pretrained(model_dir)
+    (probe,) = backend.generate([PROMPTS[1]], SamplingParams(max_tokens=12, seed=9))
+    stop = probe.token_ids[2]
+    params = [
+        SamplingParams(max_tokens=12, seed=9, stop_token_ids=(stop,)),  # leaves after at most 3 tokens
+        SamplingParams(max_tokens=12, seed=4),
+        SamplingParams(max_tokens=12, seed=5),
+    ]
+    queue = [(PROMPTS[1], params[0]), (PROMPTS[0], params[1])]
+    late = (PROMPTS[2], params[2])
+    events: list[tuple[str, int]] = []
+    results: dict[int, Any] = {}
+    polls = [0]
+
+    def poll(room: int, idle: bool) -> list[Any]:
+        polls[0] += 1
+        if polls[0] == 1:
+            return [(p, q, lambda g, i=i: (events.append(("done", i)), results.__setitem__(i, g))) for i, (p, q)
+                    in enumerate(queue)]
+        if polls[0] == 4:  # joins after three decode steps, while row 1 is still decoding
+            events.append(("join", 2))
+            return [(late[0], late[1], lambda g: (events.append(("done", 2)), results.__setitem__(2, g)))]
+        return []
+
+    backend.serve(poll)
+    first = probe.token_ids.index(stop)
+    assert results[0].finish_reason == "stop" and results[0].token_ids == probe.token_ids[: first + 1]
+    assert events.index(("done", 0)) < events.index(("join", 2)) < events.index(("done", 1))
+    assert events[-1] == ("done", 2)
+    prompts = [PROMPTS[1], PROMPTS[0], PROMPTS[2]]
+    outputs = [results[i] for i in range(3)]
+    assert _max_error(backend, prompts, outputs, 1.0) < 1e-4
+    alone = [HFBackend.from_pretrained(model_dir).generate([p], q)[0] for p, q in zip(prompts, params, strict=True)]
+    assert [g.token_ids for g in outputs] == [g.token_ids for g in alone]
+
+
+def test_prefill_buckets_split_only_when_padding_is_costly() -> None:
+    from agentgym.backends.hf_decode import _buckets
+
+    assert _buckets([10] * 12) == []  # nothing to save
+    assert _buckets([2] * 8 + [50] * 4) == [8]
+    assert _buckets([2] * 6 + [30] * 6 + [90] * 6) == [6, 12]
+    assert _buckets([2] * 3 + [90] * 9) == []  # a bucket of three rows is not worth its own forward

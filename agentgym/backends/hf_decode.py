@@ -1,0 +1,360 @@
+"""Decoding machinery of :class:`~agentgym.backends.hf.HFBackend`: a batch that rows leave and join.
+
+* :class:`DecodeBatch` holds the rows being decoded, their next-token logits,
+  KV cache, attention mask and positions. :meth:`DecodeBatch.join` prefills new
+  rows (reusing stored prefixes) and merges them into the running batch;
+  :meth:`DecodeBatch.step` samples one token per row, drops the rows that
+  finished (keeping their KV in the prefix store) and forwards the rest. The
+  batch is therefore *continuous*: rows can join between any two steps.
+* Prefills are split into buckets of similar new-token length, so that one long
+  observation does not pad every other row of the batch to its length; buckets
+  are merged afterwards (each costs one extra copy of its cache).
+* :class:`PrefixStore` keeps the KV cache of finished sequences, so a later
+  prompt that extends one (the next turn of the same episode) prefills only its
+  new tokens.
+* :class:`RowSampler` samples per row with per-row temperature, top-k, top-p
+  (see the :mod:`agentgym.backends.hf` docstring for the exact distribution).
+
+Merging caches needs plain full-attention ``DynamicCache`` layers; other cache
+types decode as one unbucketed batch and cannot take joining rows.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any
+
+import torch
+
+from agentgym.backends.base import SamplingParams
+
+__all__ = ["DecodeBatch", "PrefixStore", "Row", "RowSampler", "plain_layers"]
+
+Forward = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Any], tuple[torch.Tensor, Any]]
+KV = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass
+class Row:
+    """One sequence being decoded.
+
+    Attributes:
+        prompt: The prompt ids.
+        params: Its sampling spec.
+        uniforms: ``max_tokens`` uniforms, one per step, from the row's own stream.
+        tag: The caller's handle (an index, a callback...).
+        tokens: Sampled ids so far.
+        logprobs: Their log-probs.
+        finish: ``"length"`` until a stop token is sampled.
+    """
+
+    prompt: list[int]
+    params: SamplingParams
+    uniforms: torch.Tensor
+    tag: Any = None
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish: str = "length"
+
+
+def plain_layers(layers: Any) -> bool:
+    """True for a list of plain full-attention ``DynamicLayer`` s (what can be sliced and merged)."""
+    if not layers:
+        return False
+    from transformers.cache_utils import DynamicLayer
+
+    return all(type(layer) is DynamicLayer for layer in layers)
+
+
+def _left_pad(tensor: torch.Tensor, width: int, dim: int) -> torch.Tensor:
+    """Zero-pad ``tensor`` on the left of ``dim`` to ``width``."""
+    missing = width - tensor.shape[dim]
+    if missing <= 0:
+        return tensor
+    shape = list(tensor.shape)
+    shape[dim] = missing
+    return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
+
+
+def _buckets(news: list[int], min_rows: int = 4, min_saving: float = 0.2) -> list[int]:
+    """Split points of ascending new-token lengths into at most three buckets (two above 64 rows).
+
+    A split is made only when it saves at least ``min_saving`` of the padded
+    tokens and every bucket keeps ``min_rows`` rows (small buckets waste more
+    on per-call overhead than padding costs).
+    """
+    n = len(news)
+
+    def cost(cuts: tuple[int, ...]) -> int:
+        bounds = (0, *cuts, n)
+        return sum((b - a) * news[b - 1] for a, b in pairwise(bounds))
+
+    best, best_cost = (), cost(())
+    options = [(i,) for i in range(min_rows, n - min_rows + 1)]
+    if n <= 64:  # two cuts: quadratic, so only for small batches
+        options += [(i, j) for i in range(min_rows, n) for j in range(i + min_rows, n - min_rows + 1)]
+    for cuts in options:
+        c = cost(cuts)
+        if c < best_cost:
+            best, best_cost = cuts, c
+    return list(best) if best_cost <= (1 - min_saving) * cost(()) else []
+
+
+class DecodeBatch:
+    """Rows decoded together; rows leave when they finish and new ones can join (module docstring).
+
+    Args:
+        forward: ``(ids, mask, pos, cache) -> (last-position logits, cache)``.
+        store: The prefix store (finished rows are put there).
+        device: Where the tensors live.
+        pad_token_id: Id used for padding.
+    """
+
+    def __init__(self, forward: Forward, store: PrefixStore, device: torch.device, pad_token_id: int) -> None:
+        self.forward = forward
+        self.store = store
+        self.device = device
+        self.pad_token_id = pad_token_id
+        self.rows: list[Row] = []
+        self.logits: torch.Tensor | None = None
+        self.cache: Any = None
+        self.mask: torch.Tensor | None = None
+        self.pos: torch.Tensor | None = None
+        self.mergeable = True
+        self._sampler: RowSampler | None = None
+        self._uniforms = self._offsets = self._index = torch.zeros(0)
+
+    # ------------------------------------------------------------------ joining
+    def join(self, rows: list[Row]) -> None:
+        """Prefill ``rows`` (stored prefixes reused, length-bucketed) and add them to the batch.
+
+        Raises:
+            RuntimeError: If the batch is running and its cache cannot be merged.
+        """
+        if not rows:
+            return
+        if self.rows and not self.mergeable:
+            raise RuntimeError("this model's cache cannot take rows into a running batch")
+        hits = [self.store.take(row.prompt) for row in rows]
+        order = sorted(range(len(rows)), key=lambda i: len(rows[i].prompt) - hits[i][0])
+        news = [len(rows[i].prompt) - hits[i][0] for i in order]
+        cuts = _buckets(news) if self.mergeable and self.store.mergeable else []
+        for a, b in pairwise([0, *cuts, len(order)]):
+            group = order[a:b]
+            prefilled = self._prefill([rows[i].prompt for i in group], [hits[i] for i in group])
+            self._add([rows[i] for i in group], *prefilled)
+
+    def _prefill(self, prompts: list[list[int]], hits: list[tuple[int, KV | None]]) -> tuple[Any, ...]:
+        """Forward the new tokens of ``prompts`` on their stored prefixes.
+
+        Row ``i``'s columns are ``[pad][cached c_i][pad][new s_i]``: the cached
+        part is right-aligned in the first ``C`` columns, the new tokens in the
+        last ``S``; the mask skips both pads and positions count real tokens.
+        """
+        cached = [n for n, _ in hits]
+        width_c = max(cached)
+        width_s = max(len(p) - c for p, c in zip(prompts, cached, strict=True))
+        ids = torch.full((len(prompts), width_s), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width_c + width_s), dtype=torch.long)
+        for i, (prompt, c) in enumerate(zip(prompts, cached, strict=True)):
+            new = prompt[c:]
+            ids[i, width_s - len(new) :] = torch.tensor(new, dtype=torch.long)
+            mask[i, width_c - c : width_c] = 1
+            mask[i, width_c + width_s - len(new) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, width_c:]
+        cache = PrefixStore.assemble([kv for _, kv in hits], width_c, self.device) if width_c else None
+        logits, cache = self.forward(ids, mask, pos, cache)
+        return logits, cache, mask, pos[:, -1:]
+
+    def _add(self, rows: list[Row], logits: torch.Tensor, cache: Any, mask: torch.Tensor, pos: torch.Tensor) -> None:
+        """Append prefilled rows: left-pad the narrower cache and mask, then concatenate."""
+        layers = getattr(cache, "layers", None)
+        self.mergeable = self.mergeable and plain_layers(layers)
+        self.store.mergeable = self.mergeable
+        self._sampler = None
+        if not self.rows:
+            self.rows, self.logits, self.cache, self.mask, self.pos = list(rows), logits, cache, mask, pos
+            return
+        if not self.mergeable:
+            raise RuntimeError("this model's cache cannot take rows into a running batch")
+        assert self.mask is not None and self.logits is not None and self.pos is not None
+        from transformers import DynamicCache
+
+        width = max(self.mask.shape[1], mask.shape[1])
+        data = [
+            (
+                torch.cat([_left_pad(old.keys, width, 2), _left_pad(new.keys, width, 2)]),
+                torch.cat([_left_pad(old.values, width, 2), _left_pad(new.values, width, 2)]),
+            )
+            for old, new in zip(self.cache.layers, layers, strict=True)
+        ]
+        self.cache = DynamicCache(ddp_cache_data=data)
+        self.mask = torch.cat([_left_pad(self.mask, width, 1), _left_pad(mask, width, 1)])
+        self.logits = torch.cat([self.logits, logits])
+        self.pos = torch.cat([self.pos, pos])
+        self.rows.extend(rows)
+
+    # ----------------------------------------------------------------- decoding
+    def step(self) -> list[Row]:
+        """Sample one token for every row, drop the finished rows, forward the others.
+
+        Returns:
+            The rows that finished at this step (their KV is in the prefix store).
+        """
+        assert self.logits is not None and self.mask is not None and self.pos is not None
+        if self._sampler is None:  # the rows changed: rebuild the per-row sampling tensors
+            self._sampler = RowSampler([row.params for row in self.rows], self.device)
+            self._uniforms = torch.nn.utils.rnn.pad_sequence([row.uniforms for row in self.rows], batch_first=True)
+            self._offsets = torch.tensor([len(row.tokens) for row in self.rows])
+            self._index = torch.arange(len(self.rows))
+        uniform = self._uniforms[self._index, self._offsets].to(self.device)
+        self._offsets += 1
+        tok, logp = self._sampler.sample(self.logits, uniform)
+        still: list[int] = []
+        done: list[Row] = []
+        for index, (row, t, lp) in enumerate(zip(self.rows, tok.tolist(), logp.tolist(), strict=True)):
+            row.tokens.append(t)
+            row.logprobs.append(lp)
+            if t in self._sampler.stops[index]:
+                row.finish = "stop"
+            if row.finish == "stop" or len(row.tokens) >= row.params.max_tokens:
+                done.append(row)
+                self.store.put(row.prompt + row.tokens[:-1], self.cache, index, self.mask[index])
+            else:
+                still.append(index)
+        if not still:
+            self.rows, self.logits, self.cache, self.mask, self.pos, self._sampler = [], None, None, None, None, None
+            return done
+        if done:
+            keep = torch.tensor(still, device=self.device)
+            self.cache.batch_select_indices(keep)
+            tok, self.mask, self.pos = tok[keep], self.mask[keep], self.pos[keep]
+            self.rows = [self.rows[i] for i in still]
+            self._sampler = None
+        self.mask = torch.cat([self.mask, self.mask.new_ones((len(self.rows), 1))], dim=1)
+        self.pos = self.pos + 1
+        self.logits, self.cache = self.forward(tok[:, None], self.mask, self.pos, self.cache)
+        return done
+
+
+class PrefixStore:
+    """KV caches of finished sequences, kept so a later prompt that extends one skips its prefill.
+
+    In a multi-turn episode the next prompt is the previous prompt, the sampled
+    action and the new observation: only the observation (and the action's last
+    token) need a forward. Entries are keyed by their token ids, used at most
+    once (the extended sequence is stored again after it generates), and the
+    oldest are evicted beyond ``budget`` tokens. Full-attention ``DynamicCache``
+    layers only; otherwise (or with ``budget == 0``) nothing is stored.
+
+    Attributes:
+        mergeable: Whether the model's caches can be merged (None: not known yet).
+    """
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.entries: OrderedDict[tuple[int, ...], KV] = OrderedDict()
+        self.tokens = 0
+        self.hits = 0
+        self.reused_tokens = 0
+        self.mergeable: bool | None = None
+
+    def clear(self) -> None:
+        """Forget every entry (weights changed)."""
+        self.entries.clear()
+        self.tokens = 0
+
+    def take(self, prompt: list[int]) -> tuple[int, KV | None]:
+        """Remove and return the longest stored strict prefix of ``prompt`` as ``(length, kv)``."""
+        best: tuple[int, ...] | None = None
+        for key in self.entries:
+            n = len(key)
+            if n < len(prompt) and (best is None or n > len(best)) and prompt[n - 1] == key[-1]:
+                if tuple(prompt[:n]) == key:
+                    best = key
+        if best is None:
+            return 0, None
+        self.tokens -= len(best)
+        self.hits += 1
+        self.reused_tokens += len(best)
+        return len(best), self.entries.pop(best)
+
+    def put(self, ids: list[int], cache: Any, row: int, row_mask: torch.Tensor) -> None:
+        """Store row ``row`` of ``cache`` (its unmasked columns) under ``ids``."""
+        layers = getattr(cache, "layers", None)
+        if self.budget <= 0 or not ids or len(ids) > self.budget or not plain_layers(layers):
+            return
+        columns = row_mask.nonzero().squeeze(-1)
+        if len(columns) != len(ids):
+            return  # defensive: never store a cache that does not match its key
+        # Advanced indexing already copies, so the entry does not pin the batch's cache.
+        kv = [(layer.keys[row][:, columns], layer.values[row][:, columns]) for layer in layers]
+        key = tuple(ids)
+        if key in self.entries:
+            self.tokens -= len(key)
+        self.entries[key] = kv
+        self.tokens += len(key)
+        while self.tokens > self.budget:
+            old, _ = self.entries.popitem(last=False)
+            self.tokens -= len(old)
+
+    @staticmethod
+    def assemble(hits: list[KV | None], width: int, device: torch.device) -> Any:
+        """A batch ``DynamicCache`` with each row's KV right-aligned in ``width`` columns."""
+        from transformers import DynamicCache
+
+        sample = next(kv for kv in hits if kv is not None)
+        data = []
+        for layer, (k0, v0) in enumerate(sample):
+            keys = k0.new_zeros((len(hits), k0.shape[0], width, k0.shape[-1]))
+            values = v0.new_zeros((len(hits), v0.shape[0], width, v0.shape[-1]))
+            for i, kv in enumerate(hits):
+                if kv is not None:
+                    n = kv[layer][0].shape[1]
+                    keys[i, :, width - n :] = kv[layer][0]
+                    values[i, :, width - n :] = kv[layer][1]
+            data.append((keys.to(device), values.to(device)))
+        return DynamicCache(ddp_cache_data=data)
+
+
+class RowSampler:
+    """Vectorised per-row sampling with per-row temperature, top-k and top-p."""
+
+    def __init__(self, params: list[SamplingParams], device: torch.device) -> None:
+        temps = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device)
+        self.greedy = temps <= 0
+        self.temps = torch.where(self.greedy, torch.ones_like(temps), temps)
+        self.top_k = torch.tensor([p.top_k if p.top_k > 0 else 0 for p in params], device=device)
+        self.top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device)
+        self.filtered = any(p.top_k > 0 or p.top_p < 1.0 for p in params)
+        self.stops = [frozenset(p.stop_token_ids) for p in params]
+
+    def sample(self, logits: torch.Tensor, uniform: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Draw one token per row; return ``(tokens, log-probs)`` (see the hf module docstring)."""
+        scaled = logits / self.temps[:, None]
+        logp_all = torch.log_softmax(scaled, dim=-1)
+        weights = _top_k_top_p(scaled, self.top_k, self.top_p) if self.filtered else scaled
+        probs = torch.softmax(weights, dim=-1)
+        cdf = probs.cumsum(dim=-1)
+        total = cdf[:, -1:]
+        target = torch.minimum(uniform[:, None] * total, torch.nextafter(total, torch.zeros_like(total)))
+        drawn = torch.searchsorted(cdf, target, right=True).clamp(max=logits.shape[-1] - 1).squeeze(-1)
+        tokens = torch.where(self.greedy, logits.argmax(dim=-1), drawn)
+        return tokens, logp_all.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def _top_k_top_p(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Set logits outside each row's top-k, then outside its nucleus (top-p), to -inf."""
+    vocab = scaled.shape[-1]
+    values, order = scaled.sort(dim=-1, descending=True)
+    ranks = torch.arange(vocab, device=scaled.device)[None, :]
+    k = torch.where(top_k > 0, top_k, torch.full_like(top_k, vocab))
+    values = values.masked_fill(ranks >= k[:, None], float("-inf"))
+    probs = torch.softmax(values, dim=-1)
+    before = probs.cumsum(dim=-1) - probs  # mass strictly above each token
+    values = values.masked_fill(before >= top_p[:, None], float("-inf"))
+    return torch.full_like(scaled, float("-inf")).scatter(-1, order, values)
