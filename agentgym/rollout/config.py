@@ -8,7 +8,24 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentgym.backends.base import SamplingParams
 
-__all__ = ["RolloutConfig", "RolloutTask", "TreeConfig"]
+__all__ = ["MemoryConfig", "RolloutConfig", "RolloutTask", "TreeConfig"]
+
+
+class MemoryConfig(BaseModel):
+    """ECHO-memory's context manager (:class:`agentgym.rollout.memory.MemoryManager`).
+
+    Attributes:
+        budget_tokens: Rebuild the context from the most recent records when it would exceed
+            this many tokens (None: only the policy's ``select`` rebuilds it).
+        result_chars: Most characters of a turn's results kept in its memory record.
+        keep_last: Records kept in full by a budget rebuild.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    budget_tokens: int | None = Field(None, ge=1)
+    result_chars: int = Field(400, ge=0)
+    keep_last: int = Field(2, ge=0)
 
 
 class RolloutConfig(BaseModel):
@@ -32,10 +49,19 @@ class RolloutConfig(BaseModel):
         max_wait_s: Flush a partial batch once no request has arrived for this
             long (None: only when every active episode waits, which makes runs
             reproducible bit for bit).
+        continuous_batching: With a backend that supports it (``serve``, e.g.
+            the HF backend) and ``max_wait_s`` set: rows join and leave the
+            running decode batch between steps, so an episode steps its env
+            while the others decode (see :mod:`agentgym.rollout.batching`).
+            Off by default: on the CPU benchmark (``bench/rollout.py``) the
+            extra prefills and cache merges of rows that join one by one cost
+            more than the overlap gains.
         env_workers: Threads that run env reset/step/fork/close.
         tool_format: Tool-call format used to parse actions.
         template_kwargs: Extra chat-template variables.
         progress: Show a progress bar.
+        memory: Give episodes ECHO-memory's records and ``select`` tool (None: the plain
+            growing context; chain rollouts only).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -52,10 +78,12 @@ class RolloutConfig(BaseModel):
     max_concurrent_episodes: int = Field(64, ge=1)
     max_batch_size: int = Field(64, ge=1)
     max_wait_s: float | None = Field(0.02, ge=0.0)
+    continuous_batching: bool = False
     env_workers: int = Field(32, ge=1)
     tool_format: str = "auto"
     template_kwargs: dict[str, Any] = Field(default_factory=dict)
     progress: bool = False
+    memory: MemoryConfig | None = None
 
     def sampling(self, stop_token_ids: tuple[int, ...]) -> SamplingParams:
         """The base :class:`SamplingParams` (seed and budget are set per turn)."""

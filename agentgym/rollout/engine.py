@@ -23,7 +23,10 @@ Determinism: sampling seeds derive from ``(config.seed, task index, member,
 turn)`` and backends with ``per_prompt_sampling`` honour them per prompt, so a
 fixed seed gives the same trajectories; with ``max_wait_s=None`` the batch
 composition is timing-independent too, which makes the log-probs identical bit
-for bit on the CPU.
+for bit on the CPU. Otherwise, with ``continuous_batching`` on and a backend
+that supports it, the queue does continuous batching: an episode leaves the
+decode batch as soon as its action is sampled and rejoins with its next prompt,
+so env steps overlap the other episodes' generation.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from agentgym.rollout.chat import ChatRenderer
 from agentgym.rollout.config import RolloutConfig, RolloutTask, TreeConfig
 from agentgym.rollout.episode import EnvFailure, EpisodeRunner
 from agentgym.rollout.io import JsonlSink
+from agentgym.rollout.memory import MemoryManager
 from agentgym.rollout.stats import Progress, RolloutStats
 from agentgym.rollout.trajectory import Trajectory
 
@@ -100,6 +104,9 @@ class RolloutEngine:
         renderer: Chat rendering for the backend's tokenizer.
         env_factory: Builds a fresh env (called in a worker thread, once per episode).
         config: The rollout config (defaults: :class:`RolloutConfig`).
+        context_manager: ECHO-memory's context manager (:mod:`agentgym.rollout.memory`); None
+            builds one from ``config.memory`` when that is set, else keeps the plain growing
+            context. Chain rollouts only.
     """
 
     def __init__(
@@ -108,11 +115,18 @@ class RolloutEngine:
         renderer: ChatRenderer,
         env_factory: Callable[[], AgentEnv],
         config: RolloutConfig | None = None,
+        *,
+        context_manager: MemoryManager | None = None,
     ) -> None:
         self.backend = backend
         self.renderer = renderer
         self.env_factory = env_factory
         self.config = config or RolloutConfig()
+        memory = self.config.memory
+        if context_manager is None and memory is not None:
+            context_manager = MemoryManager(budget_tokens=memory.budget_tokens, result_chars=memory.result_chars,
+                                            keep_last=memory.keep_last)
+        self.context_manager = context_manager
 
     # ------------------------------------------------------------------ public
     def run(
@@ -167,6 +181,8 @@ class RolloutEngine:
         """
         from agentgym.rollout.tree import TreeBuilder
 
+        if self.context_manager is not None:
+            raise ValueError("tree rollouts do not support a context manager (branches would need copied memories)")
         tree = tree or TreeConfig()
         task_list = tasks if isinstance(tasks, list) else None
         total = len(task_list) * tree.trees * tree.leaves_per_tree if task_list is not None else None
@@ -191,12 +207,14 @@ class RolloutEngine:
             max_batch_size=self.config.max_batch_size,
             max_wait_s=self.config.max_wait_s,
             on_batch=stats.on_batch,
+            continuous=self._continuous(),
         )
         pool = ThreadPoolExecutor(max_workers=self.config.env_workers, thread_name_prefix="agentgym-env")
         flusher = asyncio.create_task(queue.run())
         start = time.perf_counter()
         try:
-            yield EpisodeRunner(self.renderer, queue, pool, self.config, stats), _Output(jsonl, stats, progress)
+            runner = EpisodeRunner(self.renderer, queue, pool, self.config, stats, self.context_manager)
+            yield runner, _Output(jsonl, stats, progress)
         finally:
             stats.add_time("wall", time.perf_counter() - start)
             queue.close()
@@ -205,6 +223,11 @@ class RolloutEngine:
             progress.close()
             if owned and jsonl is not None:
                 jsonl.close()
+
+    def _continuous(self) -> bool:
+        """Whether the queue uses continuous batching (config on, timing allowed, backend able)."""
+        serve = callable(getattr(self.backend, "serve", None))
+        return self.config.continuous_batching and self.config.max_wait_s is not None and serve
 
     async def _drain(self, units: Iterable[Any], work: Callable[[Any], Any]) -> None:
         """Run ``work(unit)`` for every unit with at most ``max_concurrent_episodes`` in flight."""

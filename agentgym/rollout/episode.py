@@ -20,7 +20,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Executor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from agentgym.backends.scripted import EnvBound
 from agentgym.core import AgentEnv
@@ -30,6 +31,9 @@ from agentgym.rollout.config import RolloutConfig, RolloutTask
 from agentgym.rollout.stats import RolloutStats, derive_seed
 from agentgym.rollout.trajectory import Segment, Termination, Trajectory, Turn
 from agentgym.types import ErrorKind, Message, ToolError
+
+if TYPE_CHECKING:
+    from agentgym.rollout.memory import EpisodeMemory, MemoryManager
 
 __all__ = ["Cursor", "EnvFailure", "EpisodeRunner"]
 
@@ -65,6 +69,7 @@ class Cursor:
         reward: Reward accumulated along the path.
         actions: The actions applied along the path (for replay branching).
         abandoned: The env's thread timed out; it must not be used or closed here.
+        memory: The episode's memory (ECHO-memory's context manager), or None.
     """
 
     env: AgentEnv
@@ -74,6 +79,7 @@ class Cursor:
     reward: float = 0.0
     actions: list[Message] = field(default_factory=list)
     abandoned: bool = False
+    memory: EpisodeMemory | None = None
 
 
 def _anchor_of(env: AgentEnv) -> str | None:
@@ -115,6 +121,7 @@ class EpisodeRunner:
         pool: Thread pool for env calls.
         config: The rollout config.
         stats: Run statistics to update.
+        context_manager: ECHO-memory's context manager (None: the plain growing context).
     """
 
     def __init__(
@@ -124,12 +131,14 @@ class EpisodeRunner:
         pool: Executor,
         config: RolloutConfig,
         stats: RolloutStats,
+        context_manager: MemoryManager | None = None,
     ) -> None:
         self.renderer = renderer
         self.queue = queue
         self.pool = pool
         self.config = config
         self.stats = stats
+        self.context_manager = context_manager
         self.sampling = config.sampling(renderer.stop_token_ids)
 
     # ------------------------------------------------------------- accounting
@@ -198,7 +207,8 @@ class EpisodeRunner:
             await asyncio.wrap_future(self.pool.submit(_quiet_close, env))
             raise
         start = time.perf_counter()
-        context, ids = self.renderer.start(observation, env.tools)
+        manager = self.context_manager
+        context, ids = self.renderer.start(observation, env.tools if manager is None else manager.tools(env.tools))
         self.stats.add_time("tokenize", time.perf_counter() - start)
         task_info = info.get("task")
         trajectory.task_id = getattr(task_info, "id", None) or (task_info or {}).get("id")
@@ -207,7 +217,8 @@ class EpisodeRunner:
         trajectory.metadata["initial_anchor"] = anchor
         trajectory.metadata["ground_truth"] = getattr(task_info, "ground_truth", None)
         trajectory.segments.append(Segment(start_turn=0, prompt_ids=list(ids)))
-        return Cursor(env=env, context=context, ids=ids)
+        memory = None if manager is None else manager.episode(observation, trajectory.metadata)
+        return Cursor(env=env, context=context, ids=ids, memory=memory)
 
     # ------------------------------------------------------------------ turns
     async def play(
@@ -282,10 +293,13 @@ class EpisodeRunner:
         turn.tool_calls = list(parsed.message.tool_calls or [])
         # With a malformed call the env gets the raw text, so it can tell the agent what is wrong.
         action = parsed.message if not parsed.errors else Message(role="assistant", content=parsed.text)
+        step: Callable[..., Any] = _step_env
+        if cursor.memory is not None and cursor.memory.handles(action):  # ECHO-memory: answered here, not by the env
+            step = partial(cursor.memory.step, index=cursor.depth - 1)
         env_start = time.perf_counter()
         try:
             observation, reward, terminated, truncated, info, anchor = await self.call_env(
-                _step_env, cursor.env, action, env=cursor.env
+                step, cursor.env, action, env=cursor.env
             )
         except EnvFailure as failure:
             cursor.abandoned = cursor.abandoned or failure.kind == ErrorKind.TOOL_TIMEOUT
@@ -324,7 +338,11 @@ class EpisodeRunner:
         Returns:
             True when the context is full and the episode must end on overflow.
         """
-        out = self.renderer.extend(cursor.context, action, turn.tool_results, turn.action_ids, final=final)
+        if cursor.memory is None:
+            out = self.renderer.extend(cursor.context, action, turn.tool_results, turn.action_ids, final=final)
+        else:
+            out = cursor.memory.extend(self.renderer, cursor.context, action, turn, cursor.depth - 1, len(cursor.ids),
+                                       final=final)
         size = len(out.ids) if out.new_segment else len(cursor.ids) + len(out.ids)
         limit = self.config.max_context_tokens
         if size > limit or (size == limit and not final):

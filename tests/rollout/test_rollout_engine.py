@@ -138,3 +138,20 @@ def test_trajectories_stream_to_jsonl_as_they_finish(
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["episode_id"] for r in rows] == ["0-0", "1-0", "2-0"]
     assert result.stats.episodes == 3 and result.stats.timings["generate"] > 0 and result.stats.timings["env"] > 0
+
+
+@pytest.mark.parametrize("continuous", [True, False])
+def test_continuous_batching_keeps_log_probs_faithful(
+    tiny_dir: Path, renderer: ChatRenderer, calculator_factory: Callable[[], Any], continuous: bool
+) -> None:
+    backend = HFBackend.from_pretrained(tiny_dir, seed=0)
+    sessions: list[int] = []
+    serve = backend.serve
+    backend.serve = lambda poll: (sessions.append(1), serve(poll))[1]  # type: ignore[method-assign]
+    result = _run(backend, renderer, calculator_factory, [0, 1, 2], group_size=2, max_wait_s=0.02, max_tokens=16,
+                  continuous_batching=continuous)
+    assert len(result.trajectories) == 6 and bool(sessions) == continuous
+    for trajectory in result.trajectories:
+        assert len(trajectory.turns) == 3
+        assert_faithful(backend.model, trajectory, 1.0)
+    assert result.stats.generated_tokens == sum(t.num_generated_tokens for t in result.trajectories)

@@ -13,8 +13,10 @@ Shrivastava et al., 2026 (arXiv:2605.24517): its credit is plain GRPO and its au
 Setting: every completed turn is compressed into a memory record that keeps its source index
 (the turn it came from). The policy rebuilds its context by calling a ``select`` tool that names
 records; that call is a *selection turn*, and the turns whose records it names are *evidence
-turns*. The context manager (memory records plus the tool) belongs to the training loop; this
-module only routes credit, given which turns were selected.
+turns*. The context manager (memory records, the tool, context rebuilds as new trajectory
+segments) is :class:`agentgym.rollout.memory.MemoryManager`; it records the turns in
+``Trajectory.metadata["selection_turns"/"evidence_turns"]``. This module only routes credit,
+given which turns were selected.
 
 Equations (our reading of "positive credit is routed to the turns whose records were selected as
 evidence and to the selection actions themselves")::
