@@ -20,16 +20,33 @@ Deviations and choices:
     * IGPO: ``p_t`` is measured with the learner's current weights (= the weights that sampled
       the step) in padded batches; the answer tokens are located with the fast tokenizer's
       offsets after rendering ``answer_prefix + ground_truth``. Outcome score = final reward.
-    * Tree-GRPO: each leaf is trained on its full root-to-leaf path, so a shared prefix is
-      trained once per leaf below it (the paper's plain form; the "sum of advantages once"
-      form is not implemented).
+    * Tree-GRPO: shared prefixes are trained once (``algo.tree_packing="tree"``, the default;
+      ALGORITHMS.md's efficient form). Each tree becomes one packed row in which every shared
+      token appears once, with tree attention (a 4D mask: ancestors only) and position ids
+      along the root-to-leaf path (:func:`agentgym.trainers.batch.build_tree_batch`). A
+      token's loss weight is the sum of the aggregation weights of the leaves through it
+      (its multiplicity for ``token-mean``) and its advantage their weighted mean, i.e. it
+      carries the sum of those leaves' advantages. Loss and gradient equal the per-leaf form
+      whenever no token is clipped, so exactly on-policy with one epoch and one mini-batch
+      (ratio 1). Deviation: once ratios leave the clip range (later epochs or mini-batches,
+      stale samples), PPO clips a packed token on the sign of the summed advantage while the
+      per-leaf form clips each leaf's copy separately; the updates then differ, and we still
+      use the packed form. Mini-batches hold whole trees. ``algo.loss=gspo`` needs per-leaf
+      sequence ratios and always uses the per-leaf form; ``tree_packing="paths"`` trains each
+      leaf on its full path (the reference code's form, a shared prefix once per leaf below
+      it). The packed form needs an attention implementation that takes a 4D mask (``sdpa``
+      or ``eager``, not flash-attention-2) and holds a ``(rows, 1, T, T)`` float mask per
+      micro-batch.
     * SeeUPO: the per-turn updates are one optimizer step each (``ppo_epochs`` x
       ``mini_batches`` of them); the correction ``rho`` uses the mean log ratio over the
       turn's tokens of each trajectory.
-    * ECHO-memory: the credit routing is wired, but the memory context manager (records plus a
-      ``select`` tool) is NOT built; evidence/selection turns are read from
-      ``Trajectory.metadata["evidence_turns"/"selection_turns"]`` and are empty otherwise,
-      which makes it plain GRPO.
+    * ECHO-memory: rollouts need the context manager :class:`agentgym.rollout.memory.MemoryManager`
+      (records, the ``select`` tool, context rebuilds as new segments; its choices are listed
+      there). Evidence/selection turns are read from
+      ``Trajectory.metadata["evidence_turns"/"selection_turns"]``; without the manager they are
+      empty, which makes it plain GRPO. "Successful" is the loop's success test
+      (``StepData.success``: terminated with a last reward >= ``env.success_threshold``) when
+      given, else ``reward > 0``.
 """
 
 from __future__ import annotations
@@ -43,7 +60,7 @@ import torch
 
 from agentgym.rollout import Trajectory
 from agentgym.trainers import credit
-from agentgym.trainers.batch import TrainBatch, build_batch
+from agentgym.trainers.batch import TrainBatch, build_batch, build_tree_batch, trajectory_rows
 from agentgym.trainers.config import AlgoConfig
 from agentgym.trainers.learner import Learner
 
@@ -62,6 +79,7 @@ class StepData:
         answers: Ground truth per trajectory (IGPO), else None.
         generator: Shuffling RNG for the update.
         initial_anchors: Anchor of each trajectory's reset state (GiGPO's turn-0 state).
+        success: Per trajectory, whether it succeeded (ECHO-memory's bonus); None: ``reward > 0``.
         extra: Method diagnostics to log.
     """
 
@@ -72,6 +90,7 @@ class StepData:
     answers: list[Any] | None = None
     generator: torch.Generator | None = None
     initial_anchors: list[str | None] | None = None
+    success: list[bool] | None = None
     extra: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -137,10 +156,12 @@ def tree_credit(step: StepData) -> list[np.ndarray]:
 def echo_memory_credit(step: StepData) -> list[np.ndarray]:
     """ECHO-memory: GRPO plus a bonus on selected evidence / selection turns (see module notes)."""
     meta = [t.metadata for t in step.trajectories]
+    selection = [m.get("selection_turns", []) for m in meta]
+    step.extra["memory_selections"] = float(np.mean([len(s) for s in selection])) if selection else 0.0
     return credit.echo_memory_advantages(
         step.rewards, step.groups, step.num_turns,
-        [m.get("evidence_turns", []) for m in meta], [m.get("selection_turns", []) for m in meta],
-        beta=step.algo.memory_beta, scale=step.algo.scale,
+        [m.get("evidence_turns", []) for m in meta], selection,
+        success=step.success, beta=step.algo.memory_beta, scale=step.algo.scale,
     )
 
 
@@ -203,7 +224,24 @@ def _active(batch: TrainBatch, n: int) -> np.ndarray:
     return active
 
 
-UPDATES: dict[str, Callable[[StepData], dict[str, float]]] = {"seeupo": seeupo_update}
+def tree_update(step: StepData) -> dict[str, float]:
+    """Tree-GRPO: credit, then one update on packed trees (or on per-leaf paths; module notes)."""
+    advantages = CREDIT[step.algo.method](step)
+    packing = step.algo.tree_packing
+    if packing not in ("tree", "paths"):
+        raise ValueError(f"algo.tree_packing must be 'tree' or 'paths', got {packing!r}")
+    if packing == "tree" and step.algo.loss != "gspo":
+        batch = build_tree_batch(step.trajectories, advantages, agg_mode=step.algo.agg_mode or "token-mean")
+        step.extra["tree_tokens_paths"] = float(sum(len(s.input_ids) for _, s in trajectory_rows(step.trajectories)))
+    else:
+        batch = build_batch(step.trajectories, advantages)
+    stats = step.learner.update(batch, generator=step.generator)
+    stats["adv_mean"] = float(np.mean(np.concatenate(advantages))) if advantages else 0.0
+    stats["tokens_forwarded"] = float(batch.attention_mask.sum())
+    return stats
+
+
+UPDATES: dict[str, Callable[[StepData], dict[str, float]]] = {"seeupo": seeupo_update, "tree_grpo": tree_update}
 """Methods whose update is not the standard single batch."""
 
 

@@ -23,13 +23,15 @@ the paper's form and is not offered.
 
 Shared prefixes: a node shared by several leaves lies on all their trajectories. The reference
 code materialises every leaf as a full sequence, so a shared node is trained once per leaf below
-it (:func:`per_leaf_paths`, option). :func:`shared_prefix_advantages` (ALGORITHMS.md's efficient
-default) instead returns, per node, the sum of the advantages of the leaves below it, so the
-prefix is trained once. The two
-give the same gradient only when the per-token loss is linear in the advantage and the
-aggregation is a token sum: true for the first on-policy step (ratio 1, no clipping active) with
-``seq-mean-token-sum``-style aggregation; with PPO clipping active or with mean-type
-aggregations they differ.
+it (:func:`per_leaf_paths`; the trainer's ``algo.tree_packing="paths"``).
+:func:`shared_prefix_advantages` (ALGORITHMS.md's efficient default) instead returns, per node,
+the sum of the advantages of the leaves below it, so the prefix is trained once. The plain sum
+gives the per-leaf gradient only when the per-token loss is linear in the advantage (no token
+clipped, e.g. the first on-policy step at ratio 1) and the aggregation weighs every token
+alike. The trainer's packed form (:func:`agentgym.trainers.batch.build_tree_batch`, the
+default) works on tokens rather than nodes and also carries each leaf's aggregation weight,
+so it matches the per-leaf loss for every aggregation mode as long as no token is clipped;
+with PPO clipping active the two forms differ (see :mod:`agentgym.trainers.methods`).
 """
 
 from __future__ import annotations
