@@ -25,12 +25,33 @@ Deviations and choices:
     * With LoRA and ``kl_beta > 0`` the reference is the base model with adapters disabled
       (no second copy of the weights).
     * Weights pushed to a rollout backend under LoRA are the merged weights of a copy.
-    * Multi-GPU (FSDP) is not implemented yet: one device per learner.
+    * Multi-process (FSDP2) updates see below; every process must hold the same full batch.
+
+Multi-GPU (FSDP): when a ``torch.distributed`` group of more than one process exists (torchrun,
+see :mod:`agentgym.trainers.distributed`), the model (and the KL reference) is sharded with
+``fully_shard``, one unit per decoder layer, bf16 parameters with fp32 gradient reduction on GPU
+(``MixedPrecisionPolicy``), fp32 on CPU. Each mini-batch's rows are split into one contiguous
+slice per process; every process runs the same number of micro-batches (a process with no row
+left runs a fully masked one, since FSDP's collectives need every process in each forward);
+the denominators (tokens, sequences, rows, observation tokens, width) are all-reduced, and
+gradients are summed, not averaged, so the update equals the one-process update on the whole
+batch, and clipping uses the global norm. :meth:`Learner.logprobs` shards rows the same way and
+all-gathers the result. :meth:`Learner.backend_state_dict` / :meth:`Learner.state_dict` are
+collective and return unsharded CPU tensors on rank 0 (empty dicts elsewhere); the optimizer
+state is then keyed by parameter name (``torch.distributed.checkpoint`` format), so FSDP and
+single-process checkpoints do not load into each other. Launch::
+
+    torchrun --nproc_per_node 4 -m agentgym.cli.main train configs/<run>.yaml
+
+which needs a loop where only rank 0 rolls out, logs, evaluates and writes checkpoints, the
+step's trajectories are broadcast to the other ranks, and every rank calls the collective
+methods above (``agentgym.trainers.loop`` must do this for ``train`` under torchrun).
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +59,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from agentgym.trainers import losses
+from agentgym.trainers import distributed, losses
 from agentgym.trainers.batch import TrainBatch
 from agentgym.trainers.config import AlgoConfig, ModelConfig, OptimConfig
 
@@ -63,15 +84,25 @@ class _Totals:
     width: float
 
 
-def _totals(batch: TrainBatch) -> _Totals:
+def _totals(batch: TrainBatch, *, reduce: bool = False) -> _Totals:
+    """Denominators of ``batch``; with ``reduce``, summed (width: max) over every process's rows."""
     lengths = batch.loss_mask.sum(-1)
-    return _Totals(
-        tokens=float(lengths.sum().clamp(min=1.0)),
-        seqs=float((lengths > 0).sum().clamp(min=1)),
-        rows=float(batch.size),
-        obs_tokens=float(batch.all_obs_mask.sum()),
-        width=float(batch.input_ids.shape[1]),
-    )
+    counts = torch.tensor([float(lengths.sum()), float((lengths > 0).sum()), float(batch.size),
+                           float(batch.all_obs_mask.sum())], dtype=torch.float64)
+    width = torch.tensor([batch.input_ids.shape[1] if batch.size else 0])
+    if reduce:
+        counts, width = distributed.all_reduce(counts), distributed.all_reduce(width, "max")
+    tokens, seqs, rows, obs_tokens = counts.tolist()
+    return _Totals(tokens=max(tokens, 1.0), seqs=max(seqs, 1.0), rows=rows, obs_tokens=obs_tokens,
+                   width=float(width[0]))
+
+
+def _masked_out(batch: TrainBatch) -> TrainBatch:
+    """Row 0 of ``batch`` with every mask zeroed: a forward that adds nothing to loss or gradient."""
+    row = batch.select([0])
+    for mask in (row.loss_mask, row.obs_mask, row.all_obs_mask, row.advantages):
+        mask.zero_()
+    return row
 
 
 class Learner:
@@ -85,6 +116,8 @@ class Learner:
         temperature: Sampling temperature; log-probs use ``logits / temperature``.
         bf16: Autocast to bf16 (GPU only).
         lora: Whether ``model`` is a peft LoRA model.
+        fsdp: Shard ``model`` over the process group with FSDP2 (see the module docstring);
+            None: exactly when a group of more than one process is initialised.
     """
 
     def __init__(
@@ -97,7 +130,11 @@ class Learner:
         temperature: float = 1.0,
         bf16: bool = False,
         lora: bool = False,
+        fsdp: bool | None = None,
     ) -> None:
+        self.fsdp = distributed.is_distributed() if fsdp is None else fsdp
+        if self.fsdp and not distributed.is_distributed():
+            raise ValueError("fsdp=True needs an initialised torch.distributed group of more than one process")
         self.model = model
         self.algo = algo.resolved()
         self.optim_cfg = optim
@@ -108,16 +145,27 @@ class Learner:
         self.ref_model: Any = None
         if self.algo.kl_beta and not lora:
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+        if self.fsdp:
+            distributed.fsdp_wrap(self.model, self.device, bf16=self.bf16)
+            if self.ref_model is not None:
+                distributed.fsdp_wrap(self.ref_model, self.device, bf16=self.bf16)
         self.optimizer = self._make_optimizer(optim.lr)
 
     @classmethod
     def from_pretrained(
         cls, path: str, model_cfg: ModelConfig, algo: AlgoConfig, optim: OptimConfig, *, temperature: float = 1.0
     ) -> Learner:
-        """Load ``path`` with ``AutoModelForCausalLM`` (fp32 master weights), wrap with LoRA if asked."""
+        """Load ``path`` with ``AutoModelForCausalLM`` (fp32 master weights), wrap with LoRA if asked.
+
+        Under torchrun (``WORLD_SIZE`` > 1) this joins the process group first and, on GPU,
+        trains on ``cuda:<LOCAL_RANK>``; the learner is then sharded with FSDP.
+        """
         from transformers import AutoModelForCausalLM
 
         device = resolve_device(model_cfg.device)
+        distributed.init_from_env("nccl" if device.type == "cuda" else "gloo")
+        if device.type == "cuda" and distributed.is_distributed():
+            device = torch.device("cuda", distributed.local_rank())
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
         if model_cfg.lora:
             from peft import LoraConfig, get_peft_model
@@ -140,7 +188,8 @@ class Learner:
     def _log_softmax(self, model: Any, batch: TrainBatch) -> Tensor:
         """``log_softmax(logits / T)`` predicting each next token, ``(B, T-1, V)`` in fp32."""
         with self._autocast():
-            logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+            # 2D padding mask, or a packed tree row's 4D mask and position ids (TrainBatch.forward_kwargs)
+            logits = model(input_ids=batch.input_ids, **batch.forward_kwargs()).logits
         return torch.log_softmax(logits[:, :-1].float() / self.temperature, dim=-1)
 
     @staticmethod
@@ -151,15 +200,39 @@ class Learner:
 
     @torch.no_grad()
     def logprobs(self, batch: TrainBatch) -> Tensor:
-        """Per-token log-probs of ``batch`` under the current policy, no gradient, ``(B, T)``."""
+        """Per-token log-probs of ``batch`` under the current policy, no gradient, ``(B, T)``.
+
+        Under FSDP this is collective: each process scores its rows and the rows are all-gathered.
+        """
+        if batch.size == 0:
+            return torch.zeros_like(batch.old_logprobs)
         self.model.eval()
         out = []
-        for start in range(0, batch.size, self.optim_cfg.micro_batch_size):
-            mb = batch.select(range(start, min(start + self.optim_cfg.micro_batch_size, batch.size))).to(self.device)
+        for rows in self._micro_rows(batch.size):
+            mb = (batch.select(rows) if len(rows) else _masked_out(batch)).to(self.device)
             lp = self._gather(self._log_softmax(self.model, mb), mb)
-            out.append(torch.nn.functional.pad(lp, (0, batch.input_ids.shape[1] - lp.shape[1])).cpu())
+            if len(rows):
+                out.append(torch.nn.functional.pad(lp, (0, batch.input_ids.shape[1] - lp.shape[1])).cpu())
         self.model.train()
-        return torch.cat(out) if out else torch.zeros_like(batch.old_logprobs)
+        local = torch.cat(out) if out else batch.old_logprobs.new_zeros((0, batch.input_ids.shape[1]))
+        if not self.fsdp:
+            return local
+        sizes = [len(part) for part in torch.tensor_split(torch.arange(batch.size), distributed.world_size())]
+        return distributed.all_gather_rows(local, sizes)
+
+    def _micro_rows(self, n: int) -> list[Tensor]:
+        """This process's micro-batches of rows ``0 .. n-1``.
+
+        One process: consecutive chunks of ``micro_batch_size``. FSDP: this process's slice, cut
+        into as many chunks as the largest slice needs, so every process runs the same number of
+        forwards (chunks may be empty).
+        """
+        size = self.optim_cfg.micro_batch_size
+        if not self.fsdp:
+            return list(torch.split(torch.arange(n), size))
+        world = distributed.world_size()
+        count = max(1, math.ceil(math.ceil(n / world) / size))
+        return list(torch.tensor_split(distributed.shard_rows(torch.arange(n)), count))
 
     @torch.no_grad()
     def _ref_logprobs(self, mb: TrainBatch) -> Tensor | None:
@@ -188,6 +261,8 @@ class Learner:
                                              clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip)
             stats = losses.ppo_metrics(logp, mb.old_logprobs, mb.advantages, mask,
                                        clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip)
+        if mb.is_weights is not None:  # truncated IS of stale samples (losses.truncated_is_weights)
+            per_token = per_token * mb.is_weights
         pg = losses.aggregate(per_token, mask, a.agg_mode, **agg)
         total = pg
         out: dict[str, float] = {"pg_loss": pg.item()}
@@ -232,7 +307,7 @@ class Learner:
         for epoch in range(self.algo.ppo_epochs):
             order = torch.arange(batch.size)
             if epoch > 0 and generator is not None:
-                order = torch.randperm(batch.size, generator=generator)
+                order = distributed.broadcast(torch.randperm(batch.size, generator=generator))  # rank 0's order
             for chunk in torch.tensor_split(order, min(self.algo.mini_batches, max(batch.size, 1))):
                 if len(chunk) == 0:
                     continue
@@ -249,18 +324,23 @@ class Learner:
         """One optimizer step over ``batch``, accumulating gradients over micro-batches."""
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        totals = _totals(batch)
+        mine = distributed.shard_rows(torch.arange(batch.size)) if self.fsdp else torch.arange(batch.size)
+        totals = _totals(batch.select(mine), reduce=self.fsdp)
         sums: dict[str, float] = {}
-        size = self.optim_cfg.micro_batch_size
-        for start in range(0, batch.size, size):
-            mb = batch.select(range(start, min(start + size, batch.size))).to(self.device)
+        for rows in self._micro_rows(batch.size):
+            mb = (batch.select(rows) if len(rows) else _masked_out(batch)).to(self.device)
             loss, stats = micro_loss(mb, totals)
-            loss.backward()
+            loss.backward()  # under FSDP: gradients reduce-scattered as a sum over processes
             for k, v in stats.items():
                 sums[k] = sums.get(k, 0.0) + v
+        if self.fsdp:  # every process reports the whole mini-batch
+            keys = sorted(sums)
+            total = distributed.all_reduce(torch.tensor([sums[k] for k in keys], dtype=torch.float64))
+            sums = dict(zip(keys, total.tolist(), strict=True))
         params = [p for p in self.model.parameters() if p.requires_grad]
         max_norm = self.optim_cfg.max_grad_norm or float("inf")
-        sums["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)  # a DTensor of the global norm under FSDP
+        sums["grad_norm"] = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
         self.optimizer.step()
         return sums
 
@@ -296,17 +376,28 @@ class Learner:
     # ------------------------------------------------------------- weights
     @torch.no_grad()
     def backend_state_dict(self) -> dict[str, Tensor]:
-        """Weights for a rollout backend holding the plain (non-LoRA) architecture."""
+        """Weights for a rollout backend holding the plain (non-LoRA) architecture.
+
+        Under FSDP: collective; unsharded CPU tensors on rank 0, ``{}`` on the other ranks.
+        """
+        if self.fsdp:
+            state = distributed.full_model_state(self.model)
+            return distributed.merge_lora(state, self.model) if self.lora and state else state
         if self.lora:
             merged = copy.deepcopy(self.model).merge_and_unload()
             return {k: v.detach().clone() for k, v in merged.state_dict().items()}
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
 
     def state_dict(self) -> dict[str, Any]:
-        """Model and optimizer state (for checkpoints)."""
+        """Model and optimizer state (for checkpoints); under FSDP collective, full on rank 0."""
+        if self.fsdp:
+            return distributed.full_state(self.model, self.optimizer)
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output."""
+        """Restore :meth:`state_dict` output (under FSDP collective; only rank 0's ``state`` is read)."""
+        if self.fsdp:
+            distributed.load_full_state(self.model, self.optimizer, state)
+            return
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])

@@ -59,16 +59,27 @@ def train_command(
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest checkpoint.")] = False,
 ) -> None:
     """Train an agent with RL (GRPO, GiGPO, IGPO, Tree-GRPO, SeeUPO, ECHO) on one env."""
+    import os
+
+    from agentgym.trainers import distributed
     from agentgym.trainers.loop import Trainer
 
     cfg = _load(config, list(set_ or []))
-    typer.echo(f"run folder: {cfg.run_dir}  method: {cfg.algo.method}  env: {cfg.env.id}")
-    result = Trainer(cfg, resume=resume, echo=typer.echo).run()
+    # Under torchrun every rank runs this command; rank 0 alone talks to the user.
+    say = typer.echo if int(os.environ.get("RANK", "0")) == 0 else (lambda _line: None)
+    say(f"run folder: {cfg.run_dir}  method: {cfg.algo.method}  env: {cfg.env.id}")
+    try:
+        result = Trainer(cfg, resume=resume, echo=say).run()
+    finally:
+        if distributed.is_distributed():
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
     before = (result["first_eval"] or {}).get("success", float("nan"))
     after = (result["final_eval"] or {}).get("success", float("nan"))
-    typer.echo(f"held-out success: before RL {before:.3f} -> after RL {after:.3f} "
-               f"({result['steps']} steps, {result['seconds'] / 60:.1f} min)")
-    typer.echo(f"learning curve: {cfg.run_dir / 'learning_curve.png'}")
+    say(f"held-out success: before RL {before:.3f} -> after RL {after:.3f} "
+        f"({result['steps']} steps, {result['seconds'] / 60:.1f} min)")
+    say(f"learning curve: {cfg.run_dir / 'learning_curve.png'}")
 
 
 def sft_command(

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -165,5 +166,5 @@ def tiny_model_dir(cache_dir: str | os.PathLike[str], config: TinyModelConfig | 
             try:
                 tmp.rename(folder)
             except OSError:  # another process finished first; use its copy
-                pass
+                shutil.rmtree(tmp, ignore_errors=True)
     return folder
