@@ -1,9 +1,15 @@
 """The training configuration: one pydantic model, loaded from YAML, with dotted overrides.
 
-Shape. ``TrainConfig`` has six sections (``model``, ``env``, ``rollout``, ``algo``, ``optim``,
-``run``), each a flat pydantic model with ``extra="forbid"``; nothing is nested deeper. The
-sections exist only so that overrides read like ``--set algo.gamma=0.9``; every key is named
-once (trl-style: one place per setting, defaults from the papers, checks in validators).
+Shape. ``TrainConfig`` has seven sections (``model``, ``env``, ``rollout``, ``algo``, ``optim``,
+``run``, ``distributed``), each a flat pydantic model with ``extra="forbid"`` (only
+``distributed.resources`` nests one level deeper, per Ray role). The sections exist only so that
+overrides read like ``--set algo.gamma=0.9``; every key is named once (trl-style: one place per
+setting, defaults from the papers, checks in validators).
+
+Multi-task runs replace ``env`` with a list ``envs`` of env sections, each with a sampling
+``weight`` and an optional metrics ``name``; ``algo.task_norm`` normalises advantages per env
+(AgentRL). ``distributed`` chooses where rollouts run (``local`` threads or ``ray`` actors) and
+whether training is synchronous (the default) or asynchronous with bounded staleness.
 
 Method defaults (``None`` in a field means "the method's paper default", resolved by
 :meth:`AlgoConfig.resolved`):
@@ -17,7 +23,7 @@ igpo            1.0    ppo    0.0      prob_diff, joint
 tree_grpo       --     ppo    0.0      M=2, N=2, L=1
 seeupo          --     gspo   0.002    reverse-order per-turn updates
 echo            --     ppo    0.0      lambda 0.05 on observation tokens
-echo_memory     --     ppo    0.0      memory bonus beta 0.5 (context manager: not built)
+echo_memory     --     ppo    0.0      memory bonus beta 0.5 (memory records + select tool)
 ==============  =====  =====  =======  ==========================================
 """
 
@@ -36,11 +42,14 @@ __all__ = [
     "METHODS",
     "AlgoConfig",
     "ConfigError",
+    "DistributedConfig",
     "EnvConfig",
     "ModelConfig",
     "OptimConfig",
+    "ResourceSpec",
     "RolloutSection",
     "RunConfig",
+    "TaskEnvConfig",
     "TrainConfig",
     "apply_overrides",
     "load_config",
@@ -112,6 +121,26 @@ class EnvConfig(BaseModel):
     success_threshold: float = 1.0
 
 
+class TaskEnvConfig(EnvConfig):
+    """One environment of a multi-task run (an entry of ``envs:``).
+
+    Attributes:
+        name: Short name used in metrics (``reward/<name>``); default: the id without its
+            namespace and version (``agentgym/Calculator-v0`` -> ``Calculator``).
+        weight: Relative sampling weight of this env's tasks (normalised over ``envs``).
+    """
+
+    name: str | None = None
+    weight: float = Field(1.0, gt=0.0)
+
+    @property
+    def label(self) -> str:
+        """``name`` or the id's short form."""
+        if self.name:
+            return self.name
+        return self.id.rsplit("/", 1)[-1].rsplit("-v", 1)[0]
+
+
 class RolloutSection(BaseModel):
     """Sampling during training (the rollout engine's settings that the trainer exposes).
 
@@ -127,6 +156,8 @@ class RolloutSection(BaseModel):
         expansions: Tree-GRPO N.
         iterations: Tree-GRPO L.
         max_batch_size: Most prompts per generation call.
+        memory_budget_tokens: ECHO-memory: rebuild the context from the latest memory records when
+            it would pass this many tokens (None: 3/4 of ``max_context_tokens``).
     """
 
     model_config = _STRICT
@@ -141,6 +172,7 @@ class RolloutSection(BaseModel):
     expansions: int = Field(2, ge=1)
     iterations: int = Field(1, ge=0)
     max_batch_size: int = Field(64, ge=1)
+    memory_budget_tokens: int | None = Field(None, ge=16)
 
 
 class AlgoConfig(BaseModel):
@@ -170,6 +202,11 @@ class AlgoConfig(BaseModel):
         seeupo_clip: SeeUPO z-score clamp.
         ppo_epochs: Passes over each batch.
         mini_batches: Optimizer steps per pass.
+        tree_packing: Tree-GRPO: ``tree`` trains each shared prefix once, on packed trees with tree
+            attention (ALGORITHMS.md's efficient default); ``paths`` trains every leaf on its full
+            root-to-leaf path.
+        task_norm: Multi-task runs: normalise advantages per env (AgentRL's task advantage
+            normalisation: zero mean, unit std over the tokens of each task's trajectories).
     """
 
     model_config = _STRICT
@@ -196,6 +233,8 @@ class AlgoConfig(BaseModel):
     seeupo_clip: float = Field(3.0, gt=0.0)
     ppo_epochs: int = Field(1, ge=1)
     mini_batches: int = Field(1, ge=1)
+    task_norm: bool = False
+    tree_packing: Literal["tree", "paths"] = "tree"
 
     @model_validator(mode="after")
     def _check(self) -> AlgoConfig:
@@ -243,6 +282,77 @@ class OptimConfig(BaseModel):
     micro_batch_size: int = Field(8, ge=1)
 
 
+class ResourceSpec(BaseModel):
+    """Ray resources requested by one actor of a role.
+
+    Attributes:
+        num_cpus: CPUs per actor.
+        num_gpus: GPUs per actor (fractions allowed).
+    """
+
+    model_config = _STRICT
+    num_cpus: float = Field(1, ge=0.0)
+    num_gpus: float = Field(0, ge=0.0)
+
+
+class RoleResources(BaseModel):
+    """Per-role Ray resource requests."""
+
+    model_config = _STRICT
+    rollout_worker: ResourceSpec = Field(default_factory=ResourceSpec)
+    env_pool: ResourceSpec = Field(default_factory=ResourceSpec)
+    inference: ResourceSpec = Field(default_factory=ResourceSpec)
+    learner: ResourceSpec = Field(default_factory=ResourceSpec)
+
+
+class DistributedConfig(BaseModel):
+    """Where rollouts run and how they are scheduled relative to the learner.
+
+    Attributes:
+        backend: ``local`` (threads in this process) or ``ray`` (actors, ``agentgym.distributed``).
+        mode: ``sync`` (on-policy: roll out, update, push; the default) or ``async`` (rollouts
+            of later steps run while the learner updates; bounded staleness).
+        max_staleness: Async: a trajectory may be at most this many weight versions older than
+            the learner when it is trained on (0: on-policy, same updates as ``sync``).
+        push_every: Push weights to the rollout side every N learner steps.
+        is_cap: Truncated importance-sampling cap for stale samples.
+        rollout_workers: Producer threads (local) or rollout worker actors (ray).
+        ray_address: None starts/attaches a local Ray; ``"auto"`` or ``"host:port"`` joins a cluster.
+        resources: Per-role Ray resource requests.
+        learner: Where the learner runs: ``local`` (in the ``agentgym train`` process) or ``ray``
+            (a ``LearnerGroup`` of Ray actors with the ``learner`` resources; needs ``backend: ray``).
+        learner_ranks: Learner ranks of ``learner: ray`` (FSDP over them when more than one).
+    """
+
+    model_config = _STRICT
+    backend: Literal["local", "ray"] = "local"
+    mode: Literal["sync", "async"] = "sync"
+    max_staleness: int = Field(1, ge=0)
+    push_every: int = Field(1, ge=1)
+    is_cap: float = Field(2.0, ge=1.0)
+    rollout_workers: int = Field(2, ge=1)
+    ray_address: str | None = None
+    resources: RoleResources = Field(default_factory=RoleResources)
+    learner: Literal["local", "ray"] = "local"
+    learner_ranks: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> DistributedConfig:
+        if self.learner == "ray" and self.backend != "ray":
+            raise ValueError(f"distributed.learner='ray' needs distributed.backend='ray' (got {self.backend!r})")
+        if self.learner_ranks > 1 and self.learner != "ray":
+            raise ValueError(f"distributed.learner_ranks={self.learner_ranks} needs distributed.learner='ray' "
+                             f"(got {self.learner!r}; use torchrun for a multi-process local learner)")
+        if self.mode == "sync" and self.push_every != 1:
+            raise ValueError(f"distributed.push_every={self.push_every} needs mode 'async' (the synchronous loop "
+                             "is on-policy and pushes after every step)")
+        if self.mode == "async" and self.push_every > self.max_staleness + 1:
+            raise ValueError(f"distributed.push_every={self.push_every} with max_staleness={self.max_staleness}: "
+                             "weights pushed every N steps are up to N-1 versions old, so push_every must be "
+                             "at most max_staleness + 1")
+        return self
+
+
 class RunConfig(BaseModel):
     """Run length, logging, evaluation, checkpoints and the SFT warm start.
 
@@ -288,10 +398,37 @@ class TrainConfig(BaseModel):
     model_config = _STRICT
     model: ModelConfig = Field(default_factory=ModelConfig)
     env: EnvConfig = Field(default_factory=EnvConfig)
+    envs: list[TaskEnvConfig] | None = None
     rollout: RolloutSection = Field(default_factory=RolloutSection)
     algo: AlgoConfig = Field(default_factory=AlgoConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     run: RunConfig = Field(default_factory=RunConfig)
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig)
+
+    @model_validator(mode="after")
+    def _check_envs(self) -> TrainConfig:
+        if self.envs is None:
+            if self.algo.task_norm:
+                raise ValueError("algo.task_norm=True needs a multi-task run (an 'envs:' list)")
+            return self
+        if "env" in self.model_fields_set:
+            raise ValueError("give either 'env' (one environment) or 'envs' (a multi-task list), not both")
+        if not self.envs:
+            raise ValueError("envs: give at least one environment (or drop 'envs' and use 'env')")
+        labels = [e.label for e in self.envs]
+        dup = sorted({x for x in labels if labels.count(x) > 1})
+        if dup:
+            raise ValueError(f"envs: names must be unique, {dup} repeat (set 'name' on each entry)")
+        bad = [x for x in labels if not x or "/" in x]
+        if bad:
+            raise ValueError(f"envs: names {bad} must be non-empty and contain no '/'")
+        return self
+
+    def task_envs(self) -> list[TaskEnvConfig]:
+        """The envs of this run: ``envs`` or, for a single-env run, ``env`` with weight 1."""
+        if self.envs is not None:
+            return list(self.envs)
+        return [TaskEnvConfig(**self.env.model_dump())]
 
     @property
     def run_dir(self) -> Path:

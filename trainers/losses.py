@@ -13,6 +13,10 @@ References:
     Aggregation modes: the names used by verl; Dr.GRPO: Liu et al., 2025, arXiv:2503.20783.
     ECHO: Shrivastava, Kauffmann, Awadallah, Papailiopoulos, 2026, "ECHO: Terminal Agents
     Learn World Models for Free", arXiv:2605.24517.
+    Truncated importance sampling of stale samples: the decoupled PPO objective (Hilton,
+    Cobbe, Schulman, 2022, "Batch size-invariance for policy optimization", arXiv:2110.00641),
+    as used for asynchronous RL by AReaL (Fu et al., 2025, arXiv:2505.24298); truncation of
+    the behaviour ratio as in IMPALA's V-trace (Espeholt et al., 2018, arXiv:1802.01561).
 
 Deviations and choices:
     * ``seq-mean-token-sum-norm`` follows Dr.GRPO's objective ``(1/G) sum_i sum_t l_{i,t} / L``
@@ -31,6 +35,11 @@ Deviations and choices:
       every token's value equals the sequence ratio ``s_i``, and with per-sequence advantages
       and ``seq-mean-token-mean`` aggregation the gradient equals sequence-level GSPO. Default
       clip range 3e-4 / 4e-4 as in the GSPO paper.
+    * Stale samples (asynchronous training): the PPO ratio is taken against the proximal
+      policy (the learner's weights before the update, recomputed), and each token's loss is
+      multiplied by ``min(pi_prox / pi_behaviour, is_cap)`` (:func:`truncated_is_weights`).
+      Unlike AReaL the weight is truncated from above only (no lower bound), and the KL and
+      ECHO terms are not weighted.
     * ECHO's ``token_mean`` reduction divides the summed CE by the total number of observation
       tokens ``sum_i |O_i|`` (+1e-3), consistent with the per-sequence form where excluded
       tokens count in ``|O_i|`` but carry no loss.
@@ -175,6 +184,28 @@ def gspo_loss(
     s = torch.exp(logp - logp.detach() + log_s.detach())
     adv = _per_token(advantages, logp)
     return torch.maximum(-adv * s, -adv * torch.clamp(s, 1.0 - clip_low, 1.0 + clip_high))
+
+
+def truncated_is_weights(logp_proximal: Tensor, logp_behaviour: Tensor, *, cap: float = 2.0) -> Tensor:
+    """Per-token truncated importance weights ``min(exp(logp_proximal - logp_behaviour), cap)``.
+
+    The behaviour policy sampled the tokens (the rollout's recorded log-probs, possibly several
+    weight versions old); the proximal policy is the learner's policy before the update. The
+    weights carry no gradient. The log ratio is clamped like the PPO ratio, so the exponential
+    stays finite before the cap applies.
+
+    Args:
+        logp_proximal: Log-probs under the proximal (current, pre-update) policy, ``(B, T)``.
+        logp_behaviour: Log-probs recorded at sampling time, ``(B, T)``.
+        cap: Upper truncation (``>= 1``).
+
+    Returns:
+        ``(B, T)`` weights in ``(0, cap]``.
+    """
+    if cap < 1.0:
+        raise ValueError(f"the importance-sampling cap must be >= 1, got {cap}")
+    with torch.no_grad():
+        return torch.clamp(_ratio(logp_proximal, logp_behaviour), max=cap)
 
 
 def k3_kl(logp: Tensor, logp_ref: Tensor, *, log_ratio_clip: float = 10.0, kl_clip: float = 10.0) -> Tensor:
