@@ -92,6 +92,9 @@ def sft_command(
     cfg = _load(config, [*list(set_ or []), "run.steps=0"])
     if not cfg.run.sft_episodes:
         raise typer.BadParameter("run.sft_episodes is 0; set it, e.g. --set run.sft_episodes=300")
+    if cfg.distributed.learner != "local":
+        raise typer.BadParameter("agentgym sft saves the model from this process: run it with "
+                                 "--set distributed.learner=local (the warm start of a Ray run happens in `train`)")
     trainer = Trainer(cfg, echo=typer.echo)
     trainer.warm_start()
     stats = trainer.evaluate()

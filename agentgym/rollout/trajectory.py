@@ -52,7 +52,8 @@ class Termination(StrEnum):
 
     ``terminated`` is a natural end (the env said so). ``truncated:max_turns``
     and ``context_overflow`` are limits. The ``error:*`` kinds are failures of
-    the env itself (the episode is kept and marked, never dropped).
+    the env itself, or of the worker running it (the episode is kept and marked,
+    never dropped).
     """
 
     TERMINATED = "terminated"
@@ -61,6 +62,7 @@ class Termination(StrEnum):
     ENV_ERROR = "error:env_error"
     TOOL_TIMEOUT = "error:tool_timeout"
     SANDBOX_LOST = "error:sandbox_lost"
+    WORKER_LOST = "error:worker_lost"  # the rollout worker (e.g. a Ray actor) died mid-episode
 
     @property
     def truncated(self) -> bool:

@@ -57,3 +57,9 @@ def test_sft_saves_a_model(tmp_path, tmp_path_factory):
     assert result.exit_code == 0, result.output
     assert (tmp_path / "sft" / "model" / "config.json").exists()
     assert "held-out success after SFT" in result.output
+
+
+def test_sft_refuses_a_ray_learner_with_a_clear_error():
+    result = runner.invoke(app, ["sft", "--set", "distributed.backend=ray", "--set", "distributed.learner=ray"])
+    assert result.exit_code == 2
+    assert "distributed.learner=local" in result.output
