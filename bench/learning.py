@@ -1,8 +1,12 @@
 """Benchmark: does the method learn? GRPO vs GiGPO (and others) on one env, same budget, >= 3 seeds.
 
-Each (method, seed) runs the quickstart recipe (tiny model, SFT warm start, RL) with only the
-method and the seed changed, and records held-out success against training episodes. Output:
-``bench/results/learning.json`` (every curve) and ``bench/results/learning.png`` (mean +- std).
+Each seed runs the quickstart's SFT warm start (``configs/quickstart.yaml``: tiny model, oracle
+SFT) once; every method then runs the quickstart's RL from those same weights, with only the
+method changed, and held-out success (greedy, the config's held-out test levels) is recorded
+against training episodes. Episode 0 is the warm-started model, identical across methods of a
+seed, so the curves differ only by the RL method. Output:
+``bench/results/learning.json`` (every curve, the summary, the overrides and the run times) and
+``bench/results/learning.png`` (mean +- std over seeds).
 
     .venv/bin/python bench/learning.py --methods grpo gigpo --seeds 0 1 2 [--set run.steps=20 ...]
 """
@@ -13,24 +17,56 @@ import argparse
 import json
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
-from agentgym.cli.train import quickstart_overrides
-from agentgym.trainers.config import load_config
+from agentgym.trainers.checkpoint import load_checkpoint
+from agentgym.trainers.config import TrainConfig, load_config
 from agentgym.trainers.loop import Trainer
 from agentgym.trainers.metrics import read_metrics
 
+QUICKSTART = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
 
-def run_one(method: str, seed: int, extra: list[str], root: Path) -> dict[str, list[float]]:
-    """One training run; returns ``{"episodes": [...], "success": [...]}`` of its evaluations."""
-    cfg = load_config(None, [*quickstart_overrides(), f"algo.method={method}", f"run.seed={seed}",
-                             f"run.dir={root}", f"run.name={method}-{seed}", "run.tensorboard=false", *extra])
-    Trainer(cfg, echo=None).run()
+
+def _config(method: str, seed: int, extra: list[str], root: Path, name: str) -> TrainConfig:
+    return load_config(QUICKSTART, [f"algo.method={method}", f"run.seed={seed}", f"run.dir={root}",
+                                    f"run.name={name}", "run.tensorboard=false", "run.checkpoint_every=0", *extra])
+
+
+def warm_start(seed: int, extra: list[str], root: Path) -> dict[str, torch.Tensor]:
+    """The quickstart's SFT warm start for ``seed``, once, shared by every method of that seed."""
+    cfg = _config("grpo", seed, [*extra, "run.steps=0"], root, f"sft-{seed}")
+    trainer = Trainer(cfg, echo=None)
+    try:
+        trainer.warm_start()
+        return {k: v.detach().clone() for k, v in trainer.learner.model.state_dict().items()}
+    finally:
+        if trainer.producer is not None:
+            trainer.producer.close()
+        trainer.logger.close()
+
+
+def run_one(method: str, seed: int, extra: list[str], root: Path,
+            sft_state: dict[str, torch.Tensor]) -> dict[str, list[float]]:
+    """RL from the seed's warm-started weights; returns ``{"episodes", "success", "seconds"}``.
+
+    The run's own warm start is switched off (``run.sft_episodes=0``) and the shared SFT weights
+    are loaded instead, so the first evaluation (episode 0) is the same model for every method.
+    """
+    cfg = _config(method, seed, [*extra, "run.sft_episodes=0"], root, f"{method}-{seed}")
+    start = time.perf_counter()
+    trainer = Trainer(cfg, echo=None)
+    trainer.learner.model.load_state_dict(sft_state)
+    trainer.learner.reset_optimizer()
+    trainer._push_weights()
+    trainer.run()
     per_step = cfg.rollout.tasks_per_step * cfg.rollout.group_size
     evals = [r for r in read_metrics(cfg.run_dir / "metrics.jsonl") if r["kind"] == "eval"]
-    return {"episodes": [r["step"] * per_step for r in evals], "success": [r["success"] for r in evals]}
+    return {"episodes": [r["step"] * per_step for r in evals], "success": [r["success"] for r in evals],
+            "seconds": [time.perf_counter() - start]}
 
 
 def plot(results: dict[str, list[dict[str, list[float]]]], out: Path) -> None:
@@ -55,6 +91,15 @@ def plot(results: dict[str, list[dict[str, list[float]]]], out: Path) -> None:
     plt.close(fig)
 
 
+def summarise(runs: list[dict[str, list[float]]]) -> dict[str, float]:
+    """Mean (and std over seeds) of the first and last evaluation, and of the gain between them."""
+    first = np.array([r["success"][0] for r in runs])
+    final = np.array([r["success"][-1] for r in runs])
+    return {"first_mean": float(first.mean()), "final_mean": float(final.mean()), "final_std": float(final.std()),
+            "gain_mean": float((final - first).mean()), "gain_std": float((final - first).std()),
+            "seeds": float(len(runs)), "minutes_mean": float(np.mean([r["seconds"][0] for r in runs]) / 60)}
+
+
 def main() -> None:
     """Run every (method, seed) and write the JSON and PNG."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -62,22 +107,27 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    parser.add_argument("--init", type=Path, default=None,
+                        help="a checkpoint folder (step-000000 of a quickstart run): every run starts from its "
+                             "weights instead of a warm start per seed (the seed then varies only the RL)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="agentgym-learning-"))
     results: dict[str, list[dict[str, list[float]]]] = {}
+    init_state = None if args.init is None else load_checkpoint(args.init, map_location="cpu")[0]["model"]
     try:
-        for method in args.methods:
-            for seed in args.seeds:
-                curve = run_one(method, seed, args.overrides, root)
+        for seed in args.seeds:
+            sft_state = warm_start(seed, args.overrides, root) if args.init is None else init_state
+            for method in args.methods:
+                curve = run_one(method, seed, args.overrides, root, sft_state)
                 results.setdefault(method, []).append(curve)
-                print(f"{method} seed {seed}: {curve['success']}", flush=True)
+                print(f"{method} seed {seed}: {curve['success']} ({curve['seconds'][0] / 60:.1f} min)", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    summary = {m: {"final_mean": float(np.mean([r["success"][-1] for r in runs])),
-                   "first_mean": float(np.mean([r["success"][0] for r in runs]))} for m, runs in results.items()}
-    (args.out / "learning.json").write_text(json.dumps({"curves": results, "summary": summary,
-                                                        "overrides": args.overrides}, indent=1))
+    summary = {m: summarise(runs) for m, runs in results.items()}
+    record = {"config": QUICKSTART.name, "curves": results, "summary": summary, "overrides": args.overrides,
+              "init": None if args.init is None else str(args.init)}
+    (args.out / "learning.json").write_text(json.dumps(record, indent=1))
     plot(results, args.out / "learning.png")
     print(json.dumps(summary, indent=1))
 

@@ -50,20 +50,21 @@ from agentgym.backends.hf import HFBackend
 from agentgym.rollout import ChatRenderer, RolloutConfig, RolloutEngine, RolloutTask, Trajectory, TreeConfig
 from agentgym.rollout.config import MemoryConfig
 from agentgym.rollout.stats import derive_seed
-from agentgym.rollout.tree import resolve_paths
 from agentgym.trainers import distributed
 from agentgym.trainers.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from agentgym.trainers.config import ConfigError, TaskEnvConfig, TrainConfig
 from agentgym.trainers.learner import Learner, resolve_device
 from agentgym.trainers.methods import StepData, run_update
-from agentgym.trainers.metrics import MetricsLogger, plot_learning_curve
+from agentgym.trainers.metrics import MetricsLogger, NullLogger, plot_learning_curve
 from agentgym.trainers.pipeline import (
     AsyncRollouts,
     CorrectedLearner,
     SerialBackend,
     accepts_env,
     make_producer,
+    resolved_paths,
     staleness_stats,
+    tag_env,
 )
 from agentgym.trainers.sft import collect_oracle, sft_train
 
@@ -133,7 +134,7 @@ class Trainer:
         self.history: list[dict[str, float]] = []
         self.logger: Any = MetricsLogger(self.run_dir, tensorboard=cfg.run.tensorboard,
                                          wandb_project=cfg.run.wandb_project,
-                                         config=cfg.model_dump()) if self.main else _NoLogger()
+                                         config=cfg.model_dump()) if self.main else NullLogger()
         self.resumed = resume and self._restore()
         self.producer: Any = make_producer(self) if self.main else None
         if self.main and cfg.envs is not None and not accepts_env(self.producer):
@@ -255,14 +256,14 @@ class Trainer:
         if not self.multitask:
             seed = derive_seed(self.cfg.run.seed, 2, step)
             trajectories = self.producer.produce(self.train_tasks(step), seed=seed, tree=tree)
-            return _tag_env(_resolved(trajectories), self.env_config().label, self.env_config().id, rename=False)
+            return tag_env(resolved_paths(trajectories), self.env_config().label, self.env_config().id, rename=False)
         out: list[Trajectory] = []
         for j, name in enumerate(self.envs):
             tasks = self.train_tasks(step, name)
             if not tasks:
                 continue
             seed = derive_seed(self.cfg.run.seed, 2, step, j)
-            out += _tag_env(_resolved(self.producer.produce(tasks, seed=seed, tree=tree, env=name)),
+            out += tag_env(resolved_paths(self.producer.produce(tasks, seed=seed, tree=tree, env=name)),
                             name, self.envs[name].id)
         return out
 
@@ -350,7 +351,7 @@ class Trainer:
         for name in self.envs:
             engine = RolloutEngine(self.backend, self.renderer, self.env_factory(name),
                                    self._rollout_config(seed=self.cfg.run.seed, evaluation=True, env=name))
-            trajectories += _tag_env(engine.run(self.eval_tasks(name)).trajectories, name, self.envs[name].id,
+            trajectories += tag_env(engine.run(self.eval_tasks(name)).trajectories, name, self.envs[name].id,
                                      rename=self.multitask)
         stats = self._rollout_stats(trajectories)
         stats["time_eval"] = time.perf_counter() - start
@@ -416,13 +417,18 @@ class Trainer:
         """Train to ``run.steps`` (warm start and first evaluation on a fresh run).
 
         Returns:
-            ``{"first_eval": ..., "final_eval": ..., "steps": ..., "seconds": ...}``.
+            ``{"untrained_eval": ..., "first_eval": ..., "final_eval": ..., "steps": ..., "seconds": ...}``;
+            ``untrained_eval`` (before the SFT warm start) is None without one or on resume.
         """
         start = time.perf_counter()
         r = self.cfg.run
         first: dict[str, float] | None = None
+        untrained: dict[str, float] | None = None
         if not self.resumed:
-            if r.sft_episodes:
+            if r.sft_episodes:  # so "before" can also mean the model before any training
+                untrained = self.evaluate()
+                self.logger.log(0, "eval_untrained", untrained)
+                self.echo(f"eval  untrained  held-out success {untrained.get('success', 0.0):.3f}")
                 self.warm_start()
             first = self._eval_and_log()
             self.checkpoint()
@@ -453,7 +459,8 @@ class Trainer:
         self.logger.close()
         if first is None and self.history:
             first = {"success": self.history[0]["success"]}
-        return {"first_eval": first, "final_eval": final, "steps": self.step, "seconds": time.perf_counter() - start}
+        return {"untrained_eval": untrained, "first_eval": first, "final_eval": final, "steps": self.step,
+                "seconds": time.perf_counter() - start}
 
     def _start_pipeline(self) -> None:
         """Async mode: start the producer threads for the remaining steps."""
@@ -483,33 +490,3 @@ class Trainer:
                   f"entropy {stats.get('entropy', 0.0):.3f}  grad {stats.get('grad_norm', 0.0):.3f}  "
                   f"({stats['time_step']:.1f}s)")
 
-
-class _NoLogger:
-    """The metrics logger of a rank other than 0: logs nothing."""
-
-    def log(self, step: int, kind: str, values: dict[str, float]) -> None:
-        """Drop the values."""
-
-    def truncate(self, step: int) -> None:
-        """Nothing to truncate."""
-
-    def close(self) -> None:
-        """Nothing to close."""
-
-
-def _resolved(trajectories: list[Trajectory]) -> list[Trajectory]:
-    """Tree branches joined with their ancestors (a no-op for chains and resolved paths)."""
-    if any(t.first_turn != 0 for t in trajectories):
-        return resolve_paths(trajectories)
-    return trajectories
-
-
-def _tag_env(trajectories: list[Trajectory], name: str, env_id: str, *, rename: bool = True) -> list[Trajectory]:
-    """Record the env on every trajectory; ``rename`` makes group / episode / tree ids unique across envs."""
-    for t in trajectories:
-        t.metadata["env_id"], t.metadata["env"] = env_id, name
-        if rename:
-            t.episode_id = f"{name}:{t.episode_id}"
-            t.group_id = f"{name}:{t.group_id}" if t.group_id is not None else None
-            t.tree_id = f"{name}:{t.tree_id}" if t.tree_id is not None else None
-    return trajectories

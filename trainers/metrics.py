@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MetricsLogger", "plot_learning_curve", "read_metrics"]
+__all__ = ["MetricsLogger", "NullLogger", "plot_learning_curve", "read_metrics"]
 
 
 class MetricsLogger:
@@ -117,3 +117,16 @@ def plot_learning_curve(run_dir: Path, title: str = "") -> Path | None:
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
+
+
+class NullLogger:
+    """The metrics logger of a rank other than 0: logs nothing."""
+
+    def log(self, step: int, kind: str, values: dict[str, float]) -> None:
+        """Drop the values."""
+
+    def truncate(self, step: int) -> None:
+        """Nothing to truncate."""
+
+    def close(self) -> None:
+        """Nothing to close."""

@@ -76,7 +76,9 @@ __all__ = [
     "SerialBackend",
     "accepts_env",
     "make_producer",
+    "resolved_paths",
     "staleness_stats",
+    "tag_env",
     "task_normalize",
 ]
 
@@ -404,3 +406,21 @@ def staleness_stats(trajectories: Sequence[Trajectory], version: int) -> dict[st
     if not lags:
         return {}
     return {"staleness_mean": float(np.mean(lags)), "staleness_max": float(max(lags))}
+
+
+def resolved_paths(trajectories: list[Trajectory]) -> list[Trajectory]:
+    """Tree branches joined with their ancestors (a no-op for chains and resolved paths)."""
+    if any(t.first_turn != 0 for t in trajectories):
+        return resolve_paths(trajectories)
+    return trajectories
+
+
+def tag_env(trajectories: list[Trajectory], name: str, env_id: str, *, rename: bool = True) -> list[Trajectory]:
+    """Record the env on every trajectory; ``rename`` makes group / episode / tree ids unique across envs."""
+    for t in trajectories:
+        t.metadata["env_id"], t.metadata["env"] = env_id, name
+        if rename:
+            t.episode_id = f"{name}:{t.episode_id}"
+            t.group_id = f"{name}:{t.group_id}" if t.group_id is not None else None
+            t.tree_id = f"{name}:{t.tree_id}" if t.tree_id is not None else None
+    return trajectories

@@ -5,13 +5,20 @@ The env's oracle (``env.oracle_action()``) plays through the rollout engine with
 layout RL will later see (same chat template, same observation tokens). The loss is the
 token-mean negative log-likelihood of the action tokens only (observations are context).
 
-Choices: only successful oracle episodes are kept; AdamW with a constant learning rate; the
-rows are shuffled every epoch with the run seed. The tiny CPU model needs this to produce
-well-formed tool calls at all; real models use it for format and domain adaptation.
+Choices:
+    * Only successful oracle episodes are kept; rows are shuffled every epoch with the run seed.
+    * AdamW with a linear warm-up over the first 5% of the steps, then cosine decay to 10% of
+      ``lr``. On the CPU quickstart the tiny model first learns the call format (a few dozen
+      steps) and only then the move direction from the grid; the decay lets the late steps
+      settle instead of jumping around at the peak rate.
+
+The tiny CPU model needs this warm start to produce well-formed tool calls at all; real models
+use it for format and domain adaptation.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +31,10 @@ from agentgym.rollout import ChatRenderer, RolloutConfig, RolloutEngine, Rollout
 from agentgym.trainers.batch import build_batch
 from agentgym.trainers.learner import Learner
 
-__all__ = ["collect_oracle", "sft_train"]
+__all__ = ["collect_oracle", "lr_factor", "sft_train"]
+
+_WARMUP_FRACTION = 0.05
+_FINAL_LR_FRACTION = 0.1
 
 
 def collect_oracle(
@@ -43,6 +53,18 @@ def collect_oracle(
     return [t for t in result.trajectories if success(t)]
 
 
+def lr_factor(step: int, total: int) -> float:
+    """Learning-rate multiplier of optimizer step ``step`` (0-based) out of ``total``.
+
+    Linear warm-up over the first 5% of the steps, then cosine decay from 1 to 0.1.
+    """
+    warmup = max(1, round(_WARMUP_FRACTION * total))
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - 1 - warmup))
+    return _FINAL_LR_FRACTION + (1.0 - _FINAL_LR_FRACTION) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
 def sft_train(
     learner: Learner,
     trajectories: list[Trajectory],
@@ -53,14 +75,14 @@ def sft_train(
     seed: int = 0,
     on_step: Callable[[int, dict[str, float]], Any] | None = None,
 ) -> list[float]:
-    """Train on the action tokens of ``trajectories``.
+    """Train on the action tokens of ``trajectories`` (warm-up + cosine learning-rate schedule).
 
     Args:
         learner: The learner (its optimizer is reused; its learning rate is restored after).
         trajectories: Oracle episodes.
         epochs: Passes over the data.
         batch_size: Rows (segments) per optimizer step.
-        lr: Learning rate during SFT.
+        lr: Peak learning rate during SFT.
         seed: Shuffling seed.
         on_step: Called with ``(step, metrics)`` after each optimizer step.
 
@@ -71,13 +93,14 @@ def sft_train(
         raise ValueError("no successful oracle trajectories to train on")
     batch = build_batch(trajectories, [np.zeros(len(t.turns)) for t in trajectories])
     previous = learner.optimizer.param_groups[0]["lr"]
-    learner.set_lr(lr)
     gen = torch.Generator().manual_seed(seed)
+    total = epochs * math.ceil(batch.size / batch_size)
     history: list[float] = []
     try:
         for _ in range(epochs):
             order = torch.randperm(batch.size, generator=gen)
             for start in range(0, batch.size, batch_size):
+                learner.set_lr(lr * lr_factor(len(history), total))
                 stats = learner.sft_step(batch.select(order[start : start + batch_size]))
                 history.append(stats["loss"])
                 if on_step is not None:

@@ -20,9 +20,9 @@ QUICKSTART: dict[str, Any] = {
     "env": {"id": "agentgym/Sokoban-v0", "kwargs": {"min_moves": 1, "max_moves": 3}, "eval_tasks": 64},
     "rollout": {"tasks_per_step": 4, "group_size": 8, "max_turns": 4, "max_tokens": 48},
     "algo": {"method": "gigpo"},
-    "optim": {"lr": 5e-5},
+    "optim": {"lr": 3e-4},
     "run": {"name": "quickstart", "steps": 20, "eval_every": 5, "checkpoint_every": 5,
-            "sft_episodes": 300, "sft_epochs": 2, "sft_lr": 2e-3},
+            "sft_episodes": 1200, "sft_epochs": 1, "sft_lr": 2e-3},
 }
 """The quickstart config (also written out as ``configs/quickstart.yaml``)."""
 
@@ -77,7 +77,9 @@ def train_command(
             dist.destroy_process_group()
     before = (result["first_eval"] or {}).get("success", float("nan"))
     after = (result["final_eval"] or {}).get("success", float("nan"))
-    say(f"held-out success: before RL {before:.3f} -> after RL {after:.3f} "
+    untrained = result.get("untrained_eval")
+    start = f"untrained {untrained.get('success', 0.0):.3f} -> after SFT " if untrained else "before RL "
+    say(f"held-out success: {start}{before:.3f} -> after RL {after:.3f} "
         f"({result['steps']} steps, {result['seconds'] / 60:.1f} min)")
     say(f"learning curve: {cfg.run_dir / 'learning_curve.png'}")
 
