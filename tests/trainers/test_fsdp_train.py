@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # two processes each import transformers and train: ~1-2 min on 2 cores
+# Two processes each import transformers and train: ~1-2 min on 2 cores.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
 def _torchrun(tmp_path: Path, steps: int, *extra: str) -> subprocess.CompletedProcess[str]:
