@@ -38,3 +38,5 @@ bench: setup
 	$(PY) bench/envs.py
 	$(PY) bench/rollout.py
 	$(PY) bench/trainer.py
+	$(PY) bench/async.py
+	$(PY) bench/weight_sync.py
