@@ -62,6 +62,15 @@ def mixed_rollout(trainer: Any, step: int) -> list[Trajectory]:
                                                                  iterations=r.iterations)).trajectories)
     else:
         trajs = engine.run(tasks).trajectories
+    return use_policy_logprobs(trainer, trajs)
+
+
+def use_policy_logprobs(trainer: Any, trajs: list[Trajectory]) -> list[Trajectory]:
+    """Replace each action's recorded log-probs with the trainer's policy's (scripted rollouts).
+
+    A scripted backend's ids come with its own log-probs; scoring them with the policy makes the
+    behaviour log-probs the current policy's, as an on-policy rollout would have recorded them.
+    """
     for traj in trajs:
         if not traj.segments:  # the env failed at reset: nothing to score
             continue

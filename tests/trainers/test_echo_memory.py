@@ -23,7 +23,7 @@ from agentgym.trainers.batch import build_batch
 from agentgym.trainers.config import AlgoConfig
 from agentgym.trainers.loop import Trainer, model_path
 from agentgym.trainers.methods import CREDIT, StepData
-from agentgym.trainers.testing import tiny_config
+from agentgym.trainers.testing import tiny_config, use_policy_logprobs
 from agentgym.types import Message, ToolCall
 
 SQA = "agentgym/SearchQA-v0"
@@ -107,16 +107,7 @@ def _memory_rollout(trainer: Trainer, step: int, budget: int) -> list[Trajectory
     engine = RolloutEngine(SelectingOracle(trainer.renderer, {2: [0, 1]}, p_wrong=0.5), trainer.renderer,
                            trainer.env_factory(), trainer._rollout_config(seed=derive_seed(0, step)),
                            context_manager=MemoryManager(budget_tokens=budget))
-    trajs = engine.run(trainer.train_tasks(step)).trajectories
-    for traj in trajs:
-        batch = build_batch([traj], [np.zeros(len(traj.turns))], drop_empty=False)
-        logp = trainer.learner.logprobs(batch)
-        for row in range(batch.size):
-            for k, turn in enumerate(traj.turns):
-                cols = ((batch.turn_index[row] == k) & (batch.loss_mask[row] > 0)).nonzero().squeeze(-1)
-                if len(cols):
-                    turn.action_logprobs = logp[row, cols].tolist()
-    return trajs
+    return use_policy_logprobs(trainer, engine.run(trainer.train_tasks(step)).trajectories)
 
 
 @pytest.mark.slow  # a Trainer step on SearchQA: ~30-60 s on 2 busy cores
