@@ -14,6 +14,7 @@ this template, so chat-format code can be exercised without downloading a model.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -138,11 +139,11 @@ def _training_corpus() -> list[str]:
     return lines
 
 
-def build_tiny_tokenizer(vocab_size: int = 1024) -> PreTrainedTokenizerFast:
+def build_tiny_tokenizer(vocab_size: int = 1024, extra_corpus: Sequence[str] = ()) -> PreTrainedTokenizerFast:
     """Train a small byte-level BPE tokenizer that uses :data:`QWEN_STYLE_TEMPLATE`.
 
-    The tokenizer is trained offline on a small built-in corpus, so building it
-    is deterministic and fast. Being byte-level, it encodes any string and
+    The tokenizer is trained offline on a small built-in corpus (plus
+    ``extra_corpus``), so building it is deterministic and fast. Being byte-level, it encodes any string and
     decoding gives the same string back. ``<|im_start|>``, ``<|im_end|>`` and
     ``<|endoftext|>`` are special tokens; the tool tags (``<tool_call>`` ...)
     are single added tokens that are not special (as in Qwen2.5).
@@ -150,6 +151,8 @@ def build_tiny_tokenizer(vocab_size: int = 1024) -> PreTrainedTokenizerFast:
     Args:
         vocab_size: The largest vocabulary to train (at least 256 bytes plus the
             7 added tokens); the corpus may yield slightly fewer merges.
+        extra_corpus: More training lines, e.g. an env's own text (see
+            :func:`agentgym.models.env_corpus`), so its words become single tokens.
 
     Returns:
         A ``PreTrainedTokenizerFast`` with eos ``<|im_end|>``, pad
@@ -176,7 +179,7 @@ def build_tiny_tokenizer(vocab_size: int = 1024) -> PreTrainedTokenizerFast:
         initial_alphabet=sorted(alphabet),
         show_progress=False,
     )
-    backend.train_from_iterator(_training_corpus(), trainer=trainer)
+    backend.train_from_iterator([*_training_corpus(), *extra_corpus], trainer=trainer)
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     backend.add_tokens([AddedToken(t, special=False, normalized=False) for t in TOOL_TAG_TOKENS])
     return PreTrainedTokenizerFast(

@@ -72,6 +72,9 @@ class ModelConfig(BaseModel):
         path: A Hugging Face model folder or hub id; None builds the tiny local Qwen2 model.
         tiny_layers: Layers of the tiny model (when ``path`` is None).
         tiny_hidden: Width of the tiny model.
+        tiny_vocab: ``builtin`` trains the tiny tokenizer on its generic corpus; ``env`` adds the
+            text of a few rendered episodes of the run's env(s), so their words are single tokens
+            (:func:`agentgym.models.env_corpus`; Sokoban prompts shrink from ~740 to ~430 tokens).
         cache_dir: Where the tiny model is cached.
         lora: Train LoRA adapters (peft) instead of all weights.
         lora_r: LoRA rank.
@@ -85,6 +88,7 @@ class ModelConfig(BaseModel):
     path: str | None = None
     tiny_layers: int = Field(2, ge=1, le=8)
     tiny_hidden: int = Field(128, ge=32)
+    tiny_vocab: Literal["builtin", "env"] = "builtin"
     cache_dir: str = "~/.cache/agentgym/models"
     lora: bool = False
     lora_r: int = Field(8, ge=1)

@@ -36,6 +36,7 @@ held-out tasks; ``algo.task_norm`` normalises advantages per env.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -77,9 +78,15 @@ def model_path(cfg: TrainConfig) -> str:
         return cfg.model.path
     from agentgym.models import tiny_model_dir
 
+    corpus: tuple[str, ...] = ()
+    if cfg.model.tiny_vocab == "env":
+        from agentgym.models import env_corpus
+
+        corpus = env_corpus([functools.partial(agentgym.make, e.id, **e.kwargs) for e in cfg.task_envs()],
+                            max_turns=cfg.rollout.max_turns)
     cache = Path(cfg.model.cache_dir).expanduser()
     folder = tiny_model_dir(cache, num_layers=cfg.model.tiny_layers, hidden_size=cfg.model.tiny_hidden,
-                            intermediate_size=2 * cfg.model.tiny_hidden)
+                            intermediate_size=2 * cfg.model.tiny_hidden, corpus=corpus)
     return str(folder)
 
 

@@ -50,6 +50,8 @@ class TinyModelConfig:
             have slightly fewer tokens, and the model's embedding matches it.
         max_position_embeddings: Longest context the rotary embedding is set up for.
         seed: Seeds the weight initialisation.
+        corpus: Extra tokenizer training lines (e.g. :func:`agentgym.models.env_corpus` of the
+            env the model will play); empty means the built-in corpus alone.
     """
 
     num_layers: int = 2
@@ -60,6 +62,7 @@ class TinyModelConfig:
     vocab_size: int = 1024
     max_position_embeddings: int = 8192
     seed: int = 0
+    corpus: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not 1 <= self.num_layers <= 8:
@@ -74,7 +77,10 @@ class TinyModelConfig:
 
     def digest(self) -> str:
         """A short stable hash of the config (names cache folders)."""
-        text = json.dumps(asdict(self), sort_keys=True)
+        fields = asdict(self)
+        if not fields["corpus"]:  # the built-in corpus keeps the digest it had before this field existed
+            del fields["corpus"]
+        text = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -97,7 +103,7 @@ def build_tiny_model(
     from agentgym.chat_templates import build_tiny_tokenizer
 
     config = config or TinyModelConfig()
-    tokenizer = build_tiny_tokenizer(config.vocab_size)
+    tokenizer = build_tiny_tokenizer(config.vocab_size, config.corpus)
     hf_config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=config.hidden_size,
