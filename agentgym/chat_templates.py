@@ -143,10 +143,11 @@ def build_tiny_tokenizer(vocab_size: int = 1024, extra_corpus: Sequence[str] = (
     """Train a small byte-level BPE tokenizer that uses :data:`QWEN_STYLE_TEMPLATE`.
 
     The tokenizer is trained offline on a small built-in corpus (plus
-    ``extra_corpus``), so building it is deterministic and fast. Being byte-level, it encodes any string and
-    decoding gives the same string back. ``<|im_start|>``, ``<|im_end|>`` and
-    ``<|endoftext|>`` are special tokens; the tool tags (``<tool_call>`` ...)
-    are single added tokens that are not special (as in Qwen2.5).
+    ``extra_corpus``), so building it is deterministic and fast. Being
+    byte-level, it encodes any string and decoding gives the same string back.
+    ``<|im_start|>``, ``<|im_end|>`` and ``<|endoftext|>`` are special tokens;
+    the tool tags (``<tool_call>`` ...) are single added tokens that are not
+    special (as in Qwen2.5).
 
     Args:
         vocab_size: The largest vocabulary to train (at least 256 bytes plus the
