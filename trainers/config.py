@@ -187,7 +187,11 @@ class AlgoConfig(BaseModel):
         gamma: Discount (GiGPO step returns, IGPO accumulated rewards).
         omega: GiGPO step-advantage weight.
         gigpo_mode: ``mean_norm`` or ``mean_std_norm``.
-        episode_stats: GiGPO ``per_trajectory`` (paper) or ``per_step`` (reference code).
+        episode_stats: GiGPO ``per_trajectory`` (paper) or ``per_step`` (reference code). Where
+            failed episodes run longer than successes (Sokoban to ``max_turns``), the paper's form
+            under ``token-mean`` gives the tokens every turn shares (the tool-call format) a net
+            negative advantage; ``per_step`` (turn advantages summing to zero) does not
+            (tests/trainers/test_update_direction.py).
         similarity_threshold: GiGPO similarity anchors (None: exact).
         invalid_penalty: GiGPO invalid-action penalty.
         scale: GRPO ``std`` or ``none`` (Dr.GRPO).
