@@ -44,8 +44,7 @@ def warm_start(seed: int, extra: list[str], root: Path) -> dict[str, torch.Tenso
         trainer.warm_start()
         return {k: v.detach().clone() for k, v in trainer.learner.model.state_dict().items()}
     finally:
-        if trainer.producer is not None:
-            trainer.producer.close()
+        trainer.close()
         trainer.logger.close()
 
 

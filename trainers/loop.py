@@ -294,10 +294,7 @@ class Trainer:
             stats, extra = self.remote.update(trajectories, version=self.version,
                                               success=[self.success(t) for t in trajectories]), {}
         else:
-            data = StepData(trajectories, self.algo, self._step_learner(trajectories), self.tokenizer,
-                            generator=self.generator, answers=[t.metadata.get("ground_truth") for t in trajectories],
-                            initial_anchors=[t.metadata.get("initial_anchor") for t in trajectories],
-                            success=[self.success(t) for t in trajectories])
+            data = self.step_data(trajectories)
             stats, extra = (run_update(data) if trajectories else {"loss": 0.0, "grad_norm": 0.0}), data.extra
         t_update = time.perf_counter()
         stats.update(staleness_stats(rolled, self.version))
@@ -314,6 +311,13 @@ class Trainer:
             with (self.run_dir / "trajectories.jsonl").open("a") as fh:
                 fh.writelines(t.to_json() + "\n" for t in trajectories)
         return stats
+
+    def step_data(self, trajectories: list[Trajectory]) -> StepData:
+        """What the method's credit and update hooks see for ``trajectories`` (this step's learner)."""
+        return StepData(trajectories, self.algo, self._step_learner(trajectories), self.tokenizer,
+                        generator=self.generator, answers=[t.metadata.get("ground_truth") for t in trajectories],
+                        initial_anchors=[t.metadata.get("initial_anchor") for t in trajectories],
+                        success=[self.success(t) for t in trajectories])
 
     def _step_learner(self, trajectories: list[Trajectory]) -> Any:
         """The learner, wrapped for stale samples / task normalisation when the step needs it."""

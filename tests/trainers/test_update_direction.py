@@ -23,7 +23,7 @@ import torch
 
 from agentgym.trainers.batch import build_batch
 from agentgym.trainers.loop import Trainer
-from agentgym.trainers.methods import CREDIT, StepData
+from agentgym.trainers.methods import CREDIT
 from agentgym.trainers.testing import mixed_rollout, tiny_config
 
 SOKOBAN = ["env.id=agentgym/Sokoban-v0", "env.kwargs={min_moves: 1, max_moves: 3}", "rollout.group_size=6",
@@ -61,10 +61,7 @@ def test_one_update_follows_the_advantages(case, tmp_path, model_cache):
     trainer = Trainer(cfg, echo=None)
     try:
         trajs = [t for t in mixed_rollout(trainer, 0) if t.segments]
-        data = StepData(trajs, trainer.algo, trainer.learner, trainer.tokenizer, generator=trainer.generator,
-                        answers=[None] * len(trajs), success=[trainer.success(t) for t in trajs],
-                        initial_anchors=[t.metadata.get("initial_anchor") for t in trajs])
-        batch = build_batch(trajs, CREDIT[trainer.algo.method](data))
+        batch = build_batch(trajs, CREDIT[trainer.algo.method](trainer.step_data(trajs)))
         before = trainer.learner.logprobs(batch)
         torch.testing.assert_close(before * batch.loss_mask, batch.old_logprobs * batch.loss_mask,
                                    atol=1e-4, rtol=0)  # on-policy: the update starts at ratio 1
