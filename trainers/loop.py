@@ -36,7 +36,6 @@ held-out tasks; ``algo.task_norm`` normalises advantages per env.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -57,6 +56,7 @@ from agentgym.trainers.config import ConfigError, TaskEnvConfig, TrainConfig
 from agentgym.trainers.learner import Learner, resolve_device
 from agentgym.trainers.methods import StepData, run_update
 from agentgym.trainers.metrics import MetricsLogger, NullLogger, plot_learning_curve
+from agentgym.trainers.model_source import model_path
 from agentgym.trainers.pipeline import (
     AsyncRollouts,
     CorrectedLearner,
@@ -70,24 +70,6 @@ from agentgym.trainers.pipeline import (
 from agentgym.trainers.sft import collect_oracle, sft_train
 
 __all__ = ["Trainer", "model_path"]
-
-
-def model_path(cfg: TrainConfig) -> str:
-    """The model folder: ``model.path`` or the cached tiny model."""
-    if cfg.model.path is not None:
-        return cfg.model.path
-    from agentgym.models import tiny_model_dir
-
-    corpus: tuple[str, ...] = ()
-    if cfg.model.tiny_vocab == "env":
-        from agentgym.models import env_corpus
-
-        corpus = env_corpus([functools.partial(agentgym.make, e.id, **e.kwargs) for e in cfg.task_envs()],
-                            max_turns=cfg.rollout.max_turns)
-    cache = Path(cfg.model.cache_dir).expanduser()
-    folder = tiny_model_dir(cache, num_layers=cfg.model.tiny_layers, hidden_size=cfg.model.tiny_hidden,
-                            intermediate_size=2 * cfg.model.tiny_hidden, corpus=corpus)
-    return str(folder)
 
 
 class Trainer:
