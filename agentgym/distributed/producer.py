@@ -288,7 +288,7 @@ def make_ray_producer(trainer: Any) -> RayProducer:
     and builds workers that sample like the trainer's own rollouts (same rollout config,
     model folder and envs, by the trainer's env names).
     """
-    from agentgym.trainers.loop import model_path
+    from agentgym.trainers.model_source import model_path
 
     cfg = trainer.cfg
     dist = cfg.distributed
