@@ -283,6 +283,11 @@ class OptimConfig(BaseModel):
         betas: AdamW betas.
         max_grad_norm: Gradient clipping (0: off).
         micro_batch_size: Rows per forward/backward (gradients accumulate across them).
+        warmup_steps: Linear learning-rate warm-up over the first N RL optimizer steps of a fresh
+            AdamW (0: constant ``lr``, the papers' setting). A reset AdamW's first steps move every
+            parameter by about ``lr`` whatever its gradient's size (the second-moment estimate
+            is one sample), which is what knocked the CPU quickstart's SFT model off its
+            feet at lr 3e-4; a warm-up lets the moment estimates settle first.
     """
 
     model_config = _STRICT
@@ -291,6 +296,7 @@ class OptimConfig(BaseModel):
     betas: tuple[float, float] = (0.9, 0.999)
     max_grad_norm: float = Field(1.0, ge=0.0)
     micro_batch_size: int = Field(8, ge=1)
+    warmup_steps: int = Field(0, ge=0)
 
 
 class RunConfig(BaseModel):

@@ -311,6 +311,7 @@ class Learner:
             for chunk in torch.tensor_split(order, min(self.algo.mini_batches, max(batch.size, 1))):
                 if len(chunk) == 0:
                     continue
+                self.set_lr(self.warmup_lr())
                 stats = self._step(batch.select(chunk), self._policy_micro)
                 steps += 1
                 for k, v in stats.items():
@@ -367,6 +368,20 @@ class Learner:
     def reset_optimizer(self) -> None:
         """A fresh AdamW (e.g. after the SFT warm start, so its moments do not leak into RL)."""
         self.optimizer = self._make_optimizer(self.optim_cfg.lr)
+
+    def optimizer_steps(self) -> int:
+        """Steps the current AdamW has taken (its own count, so it survives checkpoints and resets)."""
+        for state in self.optimizer.state.values():
+            if "step" in state:
+                return int(state["step"])
+        return 0
+
+    def warmup_lr(self) -> float:
+        """The RL learning rate for the next optimizer step: ``lr`` after a linear warm-up."""
+        warmup = self.optim_cfg.warmup_steps
+        if warmup <= 0:
+            return self.optim_cfg.lr
+        return self.optim_cfg.lr * min(1.0, (self.optimizer_steps() + 1) / warmup)
 
     def set_lr(self, lr: float) -> None:
         """Set the learning rate of every parameter group."""

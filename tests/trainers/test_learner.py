@@ -129,3 +129,30 @@ def test_lora_trains_adapters_and_pushes_merged_weights():
     assert stats["kl_loss"] > 0
     merged = learner.backend_state_dict()
     assert set(merged) == plain_keys
+
+
+def test_warmup_ramps_the_rl_lr_per_optimizer_step_and_restarts_with_a_fresh_optimizer():
+    def learner(model, **optim):
+        return Learner(model, AlgoConfig(), OptimConfig(lr=1e-3, micro_batch_size=6, max_grad_norm=0.0, **optim))
+
+    base = _model()
+    warm, flat = learner(_copy(base), warmup_steps=4), learner(_copy(base))
+    first = [p.detach().clone() for p in base.parameters()]
+    seen = []
+    for step in range(5):
+        warm.update(_batch(seed=step))
+        seen.append(warm.optimizer.param_groups[0]["lr"])
+        if step == 0:  # Adam's first step moves each weight by ~lr: a quarter of it under the warm-up
+            flat.update(_batch(seed=0))
+            moved_warm = max((a - b).abs().max().item() for a, b in zip(warm.model.parameters(), first, strict=True))
+            moved_flat = max((a - b).abs().max().item() for a, b in zip(flat.model.parameters(), first, strict=True))
+            assert moved_warm == pytest.approx(moved_flat / 4, rel=0.05)
+    assert seen == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3])
+    assert warm.optimizer_steps() == 5
+    # the count lives in the optimizer state: a checkpointed optimizer resumes past the warm-up
+    resumed = learner(_copy(warm.model), warmup_steps=4)
+    resumed.optimizer.load_state_dict(warm.optimizer.state_dict())
+    assert resumed.warmup_lr() == pytest.approx(1e-3)
+    warm.reset_optimizer()
+    assert warm.optimizer_steps() == 0 and warm.warmup_lr() == pytest.approx(2.5e-4)
+    assert learner(_model()).warmup_lr() == pytest.approx(1e-3)  # 0: constant lr
