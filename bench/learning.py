@@ -50,7 +50,7 @@ def warm_start(seed: int, extra: list[str], root: Path) -> dict[str, torch.Tenso
 
 def run_one(method: str, seed: int, extra: list[str], root: Path,
             sft_state: dict[str, torch.Tensor]) -> dict[str, list[float]]:
-    """RL from the seed's warm-started weights; returns ``{"episodes", "success", "seconds"}``.
+    """RL from the seed's warm-started weights; returns ``{"episodes", "success", "turn_error_rate", "seconds"}``.
 
     The run's own warm start is switched off (``run.sft_episodes=0``) and the shared SFT weights
     are loaded instead, so the first evaluation (episode 0) is the same model for every method.
@@ -65,26 +65,29 @@ def run_one(method: str, seed: int, extra: list[str], root: Path,
     per_step = cfg.rollout.tasks_per_step * cfg.rollout.group_size
     evals = [r for r in read_metrics(cfg.run_dir / "metrics.jsonl") if r["kind"] == "eval"]
     return {"episodes": [r["step"] * per_step for r in evals], "success": [r["success"] for r in evals],
+            "turn_error_rate": [r.get("turn_error_rate", float("nan")) for r in evals],
             "seconds": [time.perf_counter() - start]}
 
 
 def plot(results: dict[str, list[dict[str, list[float]]]], out: Path) -> None:
-    """Mean +- std held-out success against episodes, one line per method."""
+    """Mean +- std over seeds against episodes: held-out success, and the held-out turn error rate."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for method, runs in results.items():
-        x = runs[0]["episodes"]
-        ys = np.array([r["success"] for r in runs])
-        ax.plot(x, ys.mean(0), "o-", label=f"{method} (n={len(runs)})")
-        ax.fill_between(x, ys.mean(0) - ys.std(0), ys.mean(0) + ys.std(0), alpha=0.2)
-    ax.set_xlabel("training episodes")
-    ax.set_ylabel("held-out success")
-    ax.legend()
-    ax.grid(alpha=0.3)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for key, ax, label in (("success", axes[0], "held-out success"),
+                           ("turn_error_rate", axes[1], "held-out turns with a tool-call error")):
+        for method, runs in results.items():
+            x = runs[0]["episodes"]
+            ys = np.array([r[key] for r in runs])
+            ax.plot(x, ys.mean(0), "o-", label=f"{method} (n={len(runs)})")
+            ax.fill_between(x, ys.mean(0) - ys.std(0), ys.mean(0) + ys.std(0), alpha=0.2)
+        ax.set_xlabel("training episodes")
+        ax.set_ylabel(label)
+        ax.legend()
+        ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)
@@ -94,8 +97,10 @@ def summarise(runs: list[dict[str, list[float]]]) -> dict[str, float]:
     """Mean (and std over seeds) of the first and last evaluation, and of the gain between them."""
     first = np.array([r["success"][0] for r in runs])
     final = np.array([r["success"][-1] for r in runs])
+    errors = np.array([[r["turn_error_rate"][0], r["turn_error_rate"][-1]] for r in runs])
     return {"first_mean": float(first.mean()), "final_mean": float(final.mean()), "final_std": float(final.std()),
             "gain_mean": float((final - first).mean()), "gain_std": float((final - first).std()),
+            "turn_error_first_mean": float(errors[:, 0].mean()), "turn_error_final_mean": float(errors[:, 1].mean()),
             "seeds": float(len(runs)), "minutes_mean": float(np.mean([r["seconds"][0] for r in runs]) / 60)}
 
 

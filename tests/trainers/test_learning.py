@@ -7,6 +7,12 @@ compares three greedy evaluations on the same held-out Sokoban test levels:
 * ``after SFT``: after the oracle warm start (the loop's first evaluation, step 0);
 * ``final``: after the RL steps.
 
+It also bounds the share of held-out turns with a tool-call error (malformed call, no call, bad
+arguments) after RL, which is how the policy collapses when RL goes wrong.
+
+What this does *not* show is RL raising held-out success beyond the SFT model: on this tiny
+model it does not (``bench/learning.py`` measures it over seeds; issue 6 stays open on that).
+
 The assertions are on measured numbers, so a regression in SFT, credit assignment, the learner
 or the rollout engine makes this test fail. Takes several minutes on two CPU cores.
 
@@ -26,13 +32,17 @@ from agentgym.trainers.sft import lr_factor
 
 QUICKSTART = Path(__file__).parents[2] / "configs" / "quickstart.yaml"
 
-#: Held-out success must rise at least this much (absolute) from the untrained model. Measured
-#: with seed 0 on 2 CPU cores: untrained 0.000, after SFT 0.281, after 20 GiGPO steps 0.234.
+#: Held-out success must rise at least this much (absolute) from the untrained model.
 MIN_RISE_FROM_UNTRAINED = 0.15
-#: RL must not undo the warm start by more than this. It does not add anything yet (20 steps
-#: lower held-out success from 0.281 to 0.234, within 0.003 of this guard), so no rise is
-#: required from the SFT model; issue 6 stays open on that. See bench/learning.py.
-MAX_DROP_FROM_SFT = 0.05
+#: RL must not undo the warm start by more than this: 5 of the 64 held-out levels, about 1.4
+#: binomial standard deviations of a 0.3 success rate on 64 levels. Measured with the shipped
+#: config from each seed's SFT weights (seeds 0-4): final minus after-SFT from -0.047 (seed 0,
+#: 0.281 -> 0.234) to +0.109. Before the RL warm-up and per-step GiGPO statistics (lr 3e-4),
+#: CI's CPU saw 0.281 -> 0.047 on seed 0: a collapse into malformed tool calls.
+MAX_DROP_FROM_SFT = 5 / 64
+#: A collapse check, not a learning claim: after SFT 3-16% of held-out turns have a tool-call
+#: error and after RL 2-14% (seeds 0-4); a collapsed policy has most turns malformed.
+MAX_FINAL_TURN_ERRORS = 0.25
 
 
 @pytest.mark.slow
@@ -46,10 +56,14 @@ def test_quickstart_heldout_success_rises(tmp_path: Path) -> None:
     untrained = result["untrained_eval"]["success"]
     after_sft = result["first_eval"]["success"]
     final = result["final_eval"]["success"]
-    summary = f"untrained {untrained:.3f}, after SFT {after_sft:.3f}, final {final:.3f}"
+    errors_sft = result["first_eval"]["turn_error_rate"]
+    errors_final = result["final_eval"]["turn_error_rate"]
+    summary = (f"untrained {untrained:.3f}, after SFT {after_sft:.3f}, final {final:.3f}; "
+               f"turn error rate after SFT {errors_sft:.3f}, final {errors_final:.3f}")
     assert result["steps"] == cfg.run.steps, summary
     assert final >= untrained + MIN_RISE_FROM_UNTRAINED, summary
     assert final >= after_sft - MAX_DROP_FROM_SFT, summary
+    assert errors_final <= MAX_FINAL_TURN_ERRORS, summary
 
 
 # ------------------------------------------------------------------ SFT warm start (fast)
