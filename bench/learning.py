@@ -65,7 +65,7 @@ def run_one(method: str, seed: int, extra: list[str], root: Path,
     per_step = cfg.rollout.tasks_per_step * cfg.rollout.group_size
     evals = [r for r in read_metrics(cfg.run_dir / "metrics.jsonl") if r["kind"] == "eval"]
     return {"episodes": [r["step"] * per_step for r in evals], "success": [r["success"] for r in evals],
-            "turn_error_rate": [r.get("turn_error_rate", float("nan")) for r in evals],
+            "turn_error_rate": [r["turn_error_rate"] for r in evals],
             "seconds": [time.perf_counter() - start]}
 
 

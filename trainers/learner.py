@@ -370,7 +370,7 @@ class Learner:
         self.optimizer = self._make_optimizer(self.optim_cfg.lr)
 
     def optimizer_steps(self) -> int:
-        """Steps the current AdamW has taken (its own count, so it survives checkpoints and resets)."""
+        """Steps the current AdamW has taken: its own count, saved with its checkpoint, zero after a reset."""
         for state in self.optimizer.state.values():
             if "step" in state:
                 return int(state["step"])
