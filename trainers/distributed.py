@@ -31,7 +31,7 @@ from torch import Tensor, nn
 __all__ = [
     "all_gather_rows", "all_reduce", "barrier", "broadcast", "broadcast_object", "comm_device",
     "fsdp_wrap", "full_model_state", "full_state", "init_from_env", "is_distributed", "is_main", "load_full_state",
-    "local_rank", "merge_lora", "rank", "shard_rows", "spawn", "world_size",
+    "local_rank", "merge_lora", "rank", "shard_rows", "shutdown", "spawn", "world_size",
 ]
 
 
@@ -83,6 +83,31 @@ def init_from_env(backend: str | None = None, *, timeout_s: float = 3600.0, init
     dist.init_process_group(backend, init_method=init_method, rank=int(os.environ.get("RANK", "0")),
                             world_size=int(os.environ["WORLD_SIZE"]), timeout=datetime.timedelta(seconds=timeout_s))
     return is_distributed()
+
+
+def shutdown(settle_s: float = 0.2, *, failed: bool = False) -> None:
+    """Leave the process group so that the interpreter can exit cleanly (no-op without one).
+
+    Call it once, after the last collective. A gloo worker thread releases a finished
+    collective's tensors after the caller has already been woken, and releasing a tensor that
+    Python knows needs the GIL. DTensor's caches keep the process group (and so those threads)
+    alive until interpreter teardown, and a thread that asks for the GIL during teardown is
+    killed inside C++: SIGABRT, "terminate called without an active exception", after the run
+    itself succeeded. So every process first passes a barrier (all earlier collectives have
+    finished everywhere) and then sleeps ``settle_s`` without holding the GIL, letting those
+    threads finish their releases, before the group is destroyed.
+
+    Args:
+        settle_s: Seconds to wait after the barrier.
+        failed: This process is leaving on an error: destroy the group at once, with no barrier
+            (the other processes may never reach one).
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if dist.get_world_size() > 1 and not failed:
+        dist.barrier()
+        time.sleep(settle_s)
+    dist.destroy_process_group()
 
 
 def comm_device() -> torch.device:
@@ -283,8 +308,10 @@ def _entry(index: int, fn: Callable[..., Any], world: int, store: str, backend: 
         raise RuntimeError(f"process {index} of {world} did not join a process group")
     try:
         fn(*args)
-    finally:
-        dist.destroy_process_group()
+    except BaseException:
+        shutdown(failed=True)
+        raise
+    shutdown()
 
 
 def spawn(fn: Callable[..., Any], world: int, *args: Any, backend: str = "gloo", timeout_s: float = 600.0) -> None:

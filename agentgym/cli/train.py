@@ -70,11 +70,10 @@ def train_command(
     say(f"run folder: {cfg.run_dir}  method: {cfg.algo.method}  env: {cfg.env.id}")
     try:
         result = Trainer(cfg, resume=resume, echo=say).run()
-    finally:
-        if distributed.is_distributed():
-            import torch.distributed as dist
-
-            dist.destroy_process_group()
+    except BaseException:
+        distributed.shutdown(failed=True)
+        raise
+    distributed.shutdown()
     before = (result["first_eval"] or {}).get("success", float("nan"))
     after = (result["final_eval"] or {}).get("success", float("nan"))
     untrained = result.get("untrained_eval")
