@@ -62,7 +62,9 @@ class RolloutResult:
     """What a run returns.
 
     Attributes:
-        trajectories: The finished trajectories (empty when a sink was given).
+        trajectories: The finished trajectories, in launch order: by task, then group member
+            (trees: tree, then branch). Empty when a sink was given; a sink gets them as they
+            finish.
         stats: Counts, error taxonomy and timings.
         sink_path: The JSONL file trajectories were streamed to, if any.
     """
@@ -78,8 +80,14 @@ def _as_task(task: TaskLike) -> RolloutTask:
     return RolloutTask(seed=task)
 
 
+def _launch_order(trajectory: Trajectory) -> tuple[int, int, int]:
+    """(task, member or tree, branch): the order episodes were started in, not finished in."""
+    meta = trajectory.metadata
+    return (int(meta.get("task_index", 0)), int(meta.get("member", meta.get("tree", 0))), int(meta.get("branch", 0)))
+
+
 class _Output:
-    """Where finished trajectories go: the sink, or a list."""
+    """Where finished trajectories go: the sink (as they finish), or a list (see :meth:`result`)."""
 
     def __init__(self, sink: JsonlSink | None, stats: RolloutStats, progress: Progress) -> None:
         self.sink = sink
@@ -94,6 +102,11 @@ class _Output:
         else:
             self.kept.append(trajectory)
         self.progress.advance()
+
+    def result(self) -> RolloutResult:
+        """The run's result; kept trajectories in launch order, so timing cannot reorder them."""
+        kept = sorted(self.kept, key=_launch_order)
+        return RolloutResult(kept, self.stats, self.sink.path if self.sink else None)
 
 
 class RolloutEngine:
@@ -156,7 +169,7 @@ class RolloutEngine:
         )
         async with self._session(sink, total) as (runner, output):
             await self._drain(units, lambda unit: self._episode(runner, output, *unit))
-            return RolloutResult(output.kept, output.stats, output.sink.path if output.sink else None)
+            return output.result()
 
     def run_trees(
         self,
@@ -190,7 +203,7 @@ class RolloutEngine:
         async with self._session(sink, total) as (runner, output):
             builder = TreeBuilder(runner, self.env_factory, tree, output.emit)
             await self._drain(units, lambda unit: builder.grow(*unit))
-            return RolloutResult(output.kept, output.stats, output.sink.path if output.sink else None)
+            return output.result()
 
     # --------------------------------------------------------------- internals
     @asynccontextmanager

@@ -18,7 +18,10 @@ was sampled with.
 
 Recording: each leaf is one :class:`~agentgym.rollout.trajectory.Trajectory`
 holding only the turns it generated; ``parent_node`` names the node it grew
-from (0: the root) and ``first_turn`` its depth. :func:`resolve_paths` joins
+from (0: the root) and ``first_turn`` its depth. Node ids do not depend on which
+branch finishes first: the turn at depth ``d`` of branch ``b`` (0: the chain) is
+node ``1 + b * max_turns + d``, and an iteration draws from its candidates in
+node-id order, so a fixed seed grows the same tree however the branches interleave. :func:`resolve_paths` joins
 each leaf with its ancestors into a full root-to-leaf trajectory for training.
 Departures from the paper: none in sampling; the leaf's ``reward`` is the sum of
 turn rewards along its whole path.
@@ -89,28 +92,29 @@ class TreeBuilder:
     async def grow(self, index: int, tree: int, task: RolloutTask) -> None:
         """Roll out one tree for task ``index`` and emit its ``1 + L*N`` leaves."""
         tree_id = f"{index}-t{tree}"
-        node_ids = itertools.count(1)
         nodes: list[_Node] = []
         try:
-            fork = await self._chain(index, tree, tree_id, task, nodes, node_ids)
+            fork = await self._chain(index, tree, tree_id, task, nodes)
             n = self.config.expansions
             for iteration in range(self.config.iterations):
                 rng = np.random.default_rng(derive_seed(self.runner.config.seed, index, tree, iteration))
-                candidates = list(nodes)  # root and non-leaf nodes present now
+                candidates = sorted(nodes, key=lambda node: node.node_id)  # root and non-leaf nodes present now
                 drawn = rng.integers(0, len(candidates), size=n) if candidates else []
                 picks = [candidates[int(i)] for i in drawn] if candidates else [None] * n
                 self.runner.reserve(len(picks))  # counted before the branch tasks get scheduled
                 await asyncio.gather(*(
-                    self._branch(index, tree, tree_id, task, node, 1 + iteration * n + j, nodes, node_ids, fork)
+                    self._branch(index, tree, tree_id, task, node, 1 + iteration * n + j, nodes, fork)
                     for j, node in enumerate(picks)
                 ))
         finally:
             for node in nodes:
                 await self.runner.close_env(node.snapshot)
 
-    async def _chain(
-        self, index: int, tree: int, tree_id: str, task: RolloutTask, nodes: list[_Node], node_ids: Iterator[int]
-    ) -> bool:
+    def _node_ids(self, branch: int, depth: int) -> Iterator[int]:
+        """Ids for the turns of ``branch`` from ``depth`` on: unique in the tree, timing-free."""
+        return itertools.count(1 + branch * self.runner.config.max_turns + depth)
+
+    async def _chain(self, index: int, tree: int, tree_id: str, task: RolloutTask, nodes: list[_Node]) -> bool:
         """The tree's first full chain; returns whether branches fork (else replay)."""
         trajectory = self._trajectory(index, tree, tree_id, task, 0, None, 0)
         cursor = None
@@ -122,7 +126,7 @@ class TreeBuilder:
                     fork = bool(getattr(cursor.env, "forkable", False))
                 nodes.append(_Node(0, await self._snapshot(cursor, fork=fork)))
                 await self.runner.play(
-                    cursor, trajectory, (index, tree, 0), key=(index, tree, 0), node_ids=node_ids,
+                    cursor, trajectory, (index, tree, 0), key=(index, tree, 0), node_ids=self._node_ids(0, 0),
                     after_turn=self._recorder(nodes, fork=fork),
                 )
             except EnvFailure as failure:
@@ -135,7 +139,7 @@ class TreeBuilder:
 
     async def _branch(
         self, index: int, tree: int, tree_id: str, task: RolloutTask, node: _Node | None,
-        branch: int, nodes: list[_Node], node_ids: Iterator[int], fork: bool,
+        branch: int, nodes: list[_Node], fork: bool,
     ) -> None:
         """One expansion from ``node`` (None: the root chain failed; start afresh)."""
         parent = node.node_id if node is not None else None
@@ -149,7 +153,8 @@ class TreeBuilder:
                 else:
                     cursor = await self._restore(node.snapshot, task, fork=fork)
                 await self.runner.play(
-                    cursor, trajectory, (index, tree, branch), key=(index, tree, branch), node_ids=node_ids,
+                    cursor, trajectory, (index, tree, branch), key=(index, tree, branch),
+                    node_ids=self._node_ids(branch, depth),
                     after_turn=self._recorder(nodes, fork=fork),
                 )
             except EnvFailure as failure:

@@ -121,6 +121,28 @@ def test_env_exceptions_are_recorded(renderer: ChatRenderer, fail_in: str, turns
         "termination_detail"]
 
 
+class _SlowerForLowSeeds(CalculatorEnv):
+    """Steps take ``(4 - seed) * 15`` ms: the first tasks launched finish last."""
+
+    def reset(self, **kwargs: Any) -> Any:
+        self.delay_s = (4 - int(kwargs.get("seed") or 0)) * 0.015
+        return super().reset(**kwargs)
+
+    def step(self, action: Any) -> Any:
+        time.sleep(self.delay_s)
+        return super().step(action)
+
+
+def test_trajectories_come_back_in_launch_order_not_finishing_order(tmp_path: Path, renderer: ChatRenderer) -> None:
+    engine = RolloutEngine(ScriptedBackend(renderer), renderer, lambda: _SlowerForLowSeeds(max_turns=4),
+                           RolloutConfig(**{**FAST, "group_size": 2}))
+    launch = [f"{task}-{member}" for task in range(4) for member in range(2)]
+    engine.run([0, 1, 2, 3], sink=tmp_path / "stream.jsonl")
+    finished = [json.loads(line)["episode_id"] for line in (tmp_path / "stream.jsonl").read_text().splitlines()]
+    assert sorted(finished) == sorted(launch) and finished != launch  # the sink sees them as they finish
+    assert [t.episode_id for t in engine.run([0, 1, 2, 3]).trajectories] == launch
+
+
 def test_trajectories_stream_to_jsonl_as_they_finish(
     tmp_path: Path, hf_backend: HFBackend, renderer: ChatRenderer
 ) -> None:

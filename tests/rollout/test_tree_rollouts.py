@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -68,3 +70,51 @@ def test_tree_config_is_validated() -> None:
     with pytest.raises(ValueError, match="branch_by"):
         TreeConfig(branch_by="clone")
     assert TreeConfig(trees=2, expansions=2, iterations=1).leaves_per_tree == 3
+
+
+_JITTER = random.Random(0)
+
+
+class _Jittery(CalculatorEnv):
+    """Calculator whose steps take a random 0-15 ms: branches finish in a different order each run."""
+
+    def step(self, action: Any) -> Any:
+        time.sleep(_JITTER.uniform(0.0, 0.015))
+        return super().step(action)
+
+
+def _split_logprobs(leaves: list[Any]) -> tuple[list[dict[str, Any]], list[float]]:
+    """The records without timings or log-probs, and the log-probs in record order."""
+    records, logprobs = [], []
+    for leaf in leaves:
+        record = {**leaf.to_dict(), "timings": None}
+        for turn in record["turns"]:
+            logprobs += turn.pop("action_logprobs")
+        records.append(record)
+    return records, logprobs
+
+
+def test_trees_and_their_order_do_not_depend_on_which_branch_finishes_first(
+    hf_backend: HFBackend, renderer: ChatRenderer
+) -> None:
+    """Same tokens, same tree, same order; log-probs agree to float rounding (the batches differ)."""
+    tree = TreeConfig(trees=2, expansions=2, iterations=2)  # iteration 2 draws from nodes that iteration 1 added
+    config = CONFIG.model_copy(update={"temperature": 1.5})
+
+    def run(jitter_seed: int) -> tuple[list[dict[str, Any]], list[float]]:
+        _JITTER.seed(jitter_seed)
+        engine = RolloutEngine(hf_backend, renderer, lambda: _Jittery(max_turns=10), config)
+        return _split_logprobs(engine.run_trees([0, 1], tree).trajectories)
+
+    first, first_logprobs = run(1)
+    assert [(t["metadata"]["task_index"], t["metadata"]["tree"], t["metadata"]["branch"]) for t in first] == [
+        (task, m, b) for task in (0, 1) for m in range(2) for b in range(5)
+    ]
+    for jitter_seed in (2, 3):
+        again, logprobs = run(jitter_seed)
+        assert again == first
+        assert logprobs == pytest.approx(first_logprobs, abs=1e-5)
+    for tree_id in {t["tree_id"] for t in first}:
+        ids = [turn["node_id"] for t in first if t["tree_id"] == tree_id for turn in t["turns"]]
+        assert len(ids) == len(set(ids)) and min(ids) >= 1
+    assert any(t["parent_node"] not in (None, 0) for t in first)  # some branches grew from inner nodes
