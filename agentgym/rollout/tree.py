@@ -18,11 +18,12 @@ was sampled with.
 
 Recording: each leaf is one :class:`~agentgym.rollout.trajectory.Trajectory`
 holding only the turns it generated; ``parent_node`` names the node it grew
-from (0: the root) and ``first_turn`` its depth. Node ids do not depend on which
-branch finishes first: the turn at depth ``d`` of branch ``b`` (0: the chain) is
-node ``1 + b * max_turns + d``, and an iteration draws from its candidates in
-node-id order, so a fixed seed grows the same tree however the branches interleave. :func:`resolve_paths` joins
+from (0: the root) and ``first_turn`` its depth. :func:`resolve_paths` joins
 each leaf with its ancestors into a full root-to-leaf trajectory for training.
+Node ids do not depend on which branch finishes first: the turn at depth ``d``
+of branch ``b`` (0: the chain) is node ``1 + b * max_turns + d``, and an
+iteration draws from its candidates in node-id order, so a fixed seed grows the
+same tree however the branches interleave.
 Departures from the paper: none in sampling; the leaf's ``reward`` is the sum of
 turn rewards along its whole path.
 """
